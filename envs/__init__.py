@@ -1,0 +1,37 @@
+"""Environments: the protocol (`envs.base`) and a registry to build them by name.
+
+    import envs
+    env = envs.make("toolworld", seed=0)
+    task = env.tasks("train")[0]
+    obs = env.reset(task, seed=0)
+
+Each `make` call returns a fresh instance that owns the state of one episode at a time.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from envs.base import Action, Environment, Evaluation, Observation, StepResult, Task, ToolCall
+
+__all__ = ["Action", "Environment", "Evaluation", "Observation", "StepResult", "Task", "ToolCall",
+           "available", "make"]
+
+_REGISTRY: dict[str, str] = {
+    "toolworld": "envs.toolworld.env:ToolWorldEnv",
+}
+
+
+def available() -> list[str]:
+    """Names accepted by `make`."""
+    return sorted(_REGISTRY)
+
+
+def make(name: str, **options: Any) -> Environment:
+    """Build a fresh environment instance; options are the environment's own constructor arguments."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown environment {name!r}; available: {', '.join(available())}")
+    module_name, _, class_name = _REGISTRY[name].partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    return cls(**options)

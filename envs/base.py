@@ -1,0 +1,130 @@
+"""The environment protocol every CoEvolve environment implements.
+
+An environment owns the state of one episode at a time: `reset(task)` starts it, `step(action)` feeds it
+the agent's reply (raw text, parsed by the environment, or a list of already-parsed tool calls),
+`evaluate()` scores the episode, `close()` frees it. Rollout, exploration and verification create one
+instance per concurrent episode through `envs.make(name, **options)`, so no state is shared between
+episodes and nothing lives in module globals.
+
+Tasks are plain data (`Task`), identified by a content hash, so the same task generated twice has the same
+id and re-running a stage produces the same rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TaskSource = Literal["benchmark", "seed", "synthesized"]
+
+
+class ToolCall(BaseModel):
+    """One call of a tool by name with keyword arguments (positional ones are mapped by the parser)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+    def signature(self) -> str:
+        """A canonical one-line rendering, used for display and for n-gram statistics."""
+        args = ", ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in sorted(self.arguments.items()))
+        return f"{self.name}({args})"
+
+
+Action = str | list[ToolCall] | list[dict[str, Any]]
+"""What the agent sends to `step`: its raw reply text, or tool calls (`[]` = a final reply with no text)."""
+
+
+def content_hash(payload: Any, *, length: int = 16) -> str:
+    """Stable hex digest of a JSON-serialisable payload (dict keys sorted)."""
+    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:length]
+
+
+class Task(BaseModel):
+    """One task: where the episode starts, what the user says per turn, and how success is checked."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    """Content hash of env, initial state, turns and checker; equal content gives an equal id."""
+    env: str
+    """Name of the environment the task belongs to (`envs.make(env)`)."""
+    split: str
+    """Split the task was drawn from (`train`, `test`, ...); `synthesized` for evolved tasks."""
+    family: str = ""
+    """Template family or benchmark category; held-out splits are disjoint from training families."""
+    initial_state: dict[str, Any] = Field(default_factory=dict)
+    """Environment-specific initial state / config the episode is loaded from."""
+    turns: list[str]
+    """User messages, one per turn."""
+    solution: list[list[ToolCall]] | None = None
+    """Reference solution: tool calls per turn, when known."""
+    checker: dict[str, Any] = Field(default_factory=dict)
+    """Environment-specific checker spec (expected final state, required answer values, ...)."""
+    source: TaskSource = "benchmark"
+    """Where the task came from."""
+    lineage: dict[str, str] = Field(default_factory=dict)
+    """Ids of the rows that produced the task (signal, exploration, candidate, verification)."""
+
+    @staticmethod
+    def make_id(env: str, initial_state: Any, turns: list[str], checker: Any) -> str:
+        return content_hash({"env": env, "state": initial_state, "turns": turns, "checker": checker})
+
+
+class Observation(BaseModel):
+    """What the agent sees after `reset`: the conversation so far and the tools it may call."""
+
+    messages: list[dict[str, str]]
+    """Chat messages (`role`, `content`): normally the first user turn (a system prompt is the engine's)."""
+    tools: list[dict[str, Any]]
+    """Tool schemas in OpenAI function format: {"type": "function", "function": {name, description, parameters}}."""
+
+
+class StepResult(BaseModel):
+    """What one `step` returns: new messages to append and whether the turn or episode ended."""
+
+    messages: list[dict[str, str]]
+    """New messages for the agent: `tool` results of the calls, or the next `user` turn."""
+    done: bool
+    """The episode is over; call `evaluate()`."""
+    turn_ended: bool
+    """The agent's reply closed the current user turn (it made no tool calls, or the step cap was hit)."""
+    info: dict[str, Any] = Field(default_factory=dict)
+    """Details for the ledger: parsed `calls` (list of {name, arguments}), `errors` per call, ..."""
+
+
+class Evaluation(BaseModel):
+    """The episode's score. Success is reward >= 0.5 (the paper's convention)."""
+
+    reward: float
+    success: bool
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """One episode at a time of a tool-use environment."""
+
+    name: str
+
+    def splits(self) -> list[str]: ...
+
+    def tasks(self, split: str) -> list[Task]: ...
+
+    def reset(self, task: Task, *, seed: int = 0) -> Observation: ...
+
+    def step(self, action: Action) -> StepResult: ...
+
+    def evaluate(self) -> Evaluation: ...
+
+    def close(self) -> None: ...
+
+
+def as_tool_calls(action: list[ToolCall] | list[dict[str, Any]]) -> list[ToolCall]:
+    """Normalise a list of calls given as dicts or `ToolCall`s."""
+    return [c if isinstance(c, ToolCall) else ToolCall(**c) for c in action]

@@ -1,0 +1,83 @@
+"""Checker specs and scoring for tool-world tasks.
+
+A checker spec is plain data stored in `Task.checker`:
+
+    {"final_state": <world state after replaying the reference solution>,
+     "answers": [[value, ...] per turn]}   # strings that must appear in that turn's final reply
+
+`build_checker` computes it by replaying the solution on the initial state, and refuses a task whose
+reference calls fail or whose answers the agent could not have seen (in a user turn or a tool result).
+`score` compares the whole final state (so a stray mutation anywhere fails) and looks for each answer in
+the reply of its turn: case-insensitive for text, by value for numbers ("1520.5", "1,520.50" and
+"1520.50" all match "1520.00"-style money answers, which `money` renders with 2 decimals).
+
+Reward: 1.0 on success; otherwise 0.4 x (fraction of checks passed) + 0.05 if some tool call ran without
+error, which stays below 0.5, so success <=> reward >= 0.5. Checks: one per app in the expected or the
+actual final state (equal or not) and one per required answer.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from envs.base import Evaluation, ToolCall
+from envs.toolworld.tools import ToolCatalog
+from envs.toolworld.world import World
+
+_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+_NUMERIC_ANSWER = re.compile(r"^\d+(?:\.\d+)?$")
+
+
+def money(amount: float) -> str:
+    """How money answers are rendered: 2 decimals, no thousands separator."""
+    return f"{amount:.2f}"
+
+
+def answer_found(answer: str, reply: str | None) -> bool:
+    """Whether `answer` appears in `reply`: numbers compared by value, other text case-insensitively."""
+    if not reply:
+        return False
+    if _NUMERIC_ANSWER.match(answer):
+        wanted = float(answer)
+        return any(abs(float(token.replace(",", "")) - wanted) < 1e-9 for token in _NUMBER.findall(reply))
+    return answer.lower() in reply.lower()
+
+
+def build_checker(catalog: ToolCatalog, initial_state: dict[str, Any], turns: Sequence[str],
+                  solution: Sequence[Sequence[ToolCall]], answers: Sequence[Sequence[str]]) -> dict[str, Any]:
+    """Replay `solution` on `initial_state`; the spec holds the resulting state and the answers."""
+    world = World(initial_state)
+    offered = catalog.names(world.loaded)
+    seen: list[str] = []
+    for turn, calls in enumerate(solution):
+        seen.append(turns[turn])
+        for call in calls:
+            outcome = catalog.call(world.apps, call, offered)
+            if not outcome.ok:
+                raise ValueError(f"reference call {call.signature()} failed: {outcome.error}")
+            seen.append(outcome.content())
+        missing = [a for a in (answers[turn] if turn < len(answers) else []) if not answer_found(a, "\n".join(seen))]
+        if missing:
+            raise ValueError(f"answers {missing} of turn {turn} appear in no message or tool result")
+    return {"final_state": world.state(), "answers": [list(a) for a in answers]}
+
+
+def score(checker: dict[str, Any], final_state: dict[str, Any], replies: Sequence[str | None],
+          any_call_ok: bool) -> Evaluation:
+    """Success iff the final state equals the expected one and every answer is in its turn's reply."""
+    expected = checker["final_state"]
+    apps = {app: expected.get(app) == final_state.get(app) for app in sorted(set(expected) | set(final_state))}
+    answers = [{"turn": turn, "value": value,
+                "found": answer_found(value, replies[turn] if turn < len(replies) else None)}
+               for turn, values in enumerate(checker.get("answers") or []) for value in values]
+    passed = sum(apps.values()) + sum(a["found"] for a in answers)
+    total = len(apps) + len(answers)
+    success = passed == total
+    partial = 0.4 * passed / max(total, 1) + (0.05 if any_call_ok else 0.0)
+    details = {"state_match": all(apps.values()), "apps": apps, "answers": answers, "checks_passed": passed,
+               "checks_total": total, "tool_call_ok": any_call_ok,
+               "mismatched_apps": [app for app, ok in apps.items() if not ok]}
+    return Evaluation(reward=1.0 if success else round(partial, 4), success=success, details=details)
+

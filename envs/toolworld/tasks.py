@@ -1,0 +1,61 @@
+"""Seeded task generation for the tool world's splits.
+
+    train / test        : the training families; test uses its own seed stream and never repeats a
+                          train task id
+    heldout-templates   : families never used in train or test (generalisation to new task shapes)
+
+Task `i` of a split is drawn from family `i mod F` (so families are balanced) with
+`random.Random(f"toolworld:{seed}:{split}:{attempt}")`; string seeds are hashed with SHA-512 by
+`random`, so generation is identical across processes. Duplicate ids are skipped.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Collection, Sequence
+
+from envs.base import Task
+from envs.toolworld import families_cross_app, families_one_app
+from envs.toolworld.checker import build_checker
+from envs.toolworld.templates import Template
+from envs.toolworld.tools import ToolCatalog
+from envs.toolworld.world import World
+
+ENV_NAME = "toolworld"
+SPLITS = ("train", "test", "heldout-templates")
+TRAIN_TEMPLATES: tuple[Template, ...] = families_one_app.TRAIN + families_cross_app.TRAIN
+HELDOUT_TEMPLATES: tuple[Template, ...] = families_one_app.HELDOUT + families_cross_app.HELDOUT
+MAX_ATTEMPTS_PER_TASK = 20
+
+
+def templates_of(split: str) -> tuple[Template, ...]:
+    if split not in SPLITS:
+        raise ValueError(f"unknown toolworld split {split!r}; splits: {', '.join(SPLITS)}")
+    return HELDOUT_TEMPLATES if split == "heldout-templates" else TRAIN_TEMPLATES
+
+
+def make_task(catalog: ToolCatalog, template: Template, rng: random.Random, split: str) -> Task:
+    """Draw one task of `template`; its checker comes from replaying the reference solution."""
+    draft = template.build(rng)
+    checker = build_checker(catalog, draft.initial_state, draft.turns, draft.solution, draft.answers)
+    if checker["final_state"] == World(draft.initial_state).state() and not any(draft.answers):
+        raise ValueError(f"template {template.name} drew a task that doing nothing would solve")
+    return Task(id=Task.make_id(ENV_NAME, draft.initial_state, draft.turns, checker), env=ENV_NAME, split=split,
+                family=template.name, initial_state=draft.initial_state, turns=draft.turns,
+                solution=draft.solution, checker=checker, source="benchmark")
+
+
+def generate_split(catalog: ToolCatalog, seed: int, split: str, n: int,
+                   exclude_ids: Collection[str] = ()) -> list[Task]:
+    """`n` distinct tasks of `split` (fewer only if the families cannot yield that many new ids)."""
+    families: Sequence[Template] = templates_of(split)
+    seen, tasks = set(exclude_ids), []
+    for attempt in range(n * MAX_ATTEMPTS_PER_TASK):
+        if len(tasks) >= n:
+            break
+        rng = random.Random(f"{ENV_NAME}:{seed}:{split}:{attempt}")
+        task = make_task(catalog, families[len(tasks) % len(families)], rng, split)
+        if task.id not in seen:
+            seen.add(task.id)
+            tasks.append(task)
+    return tasks

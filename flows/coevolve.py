@@ -1,0 +1,97 @@
+"""The Prefect flow `coevolve`: loop the stages of each round, resuming from storage.
+
+    coevolve run configs/test-tiny.yaml --rounds 2        # in-process, ephemeral Prefect API
+    prefect deployment run coevolve/round -p config=...   # through a served deployment
+
+`rounds` is the total number of rounds the run should have: re-running the same command recomputes
+nothing (every stage finds its manifest), a larger number continues the run. Each stage is a Prefect
+task through the one stage runner (`stages.runner.run_stage`); tasks exchange manifests, not frames.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from flows.config import load_config
+from stages.config import CoevolveConfig
+from stages.context import RunContext
+from stages.registry import round_plan
+from stages.runner import StageDef, StageRecord, run_stage
+from storage.catalog import build_catalog
+from storage.parquet import write_text_atomic
+
+
+@dataclass(frozen=True)
+class RoundReport:
+    round: int
+    stages: dict[str, StageRecord]
+
+    def line(self) -> str:
+        out = {name: rec.manifest.outputs for name, rec in self.stages.items()}
+        roll, upd, ev = out.get("rollout", {}), out.get("grpo_update", {}), out.get("evaluate", {})
+        parts = [f"round {self.round}"]
+        if roll:
+            parts.append(f"train success {roll['success_rate']:.1%} reward {roll['mean_reward']:.3f} "
+                         f"gen {roll['tokens_per_second']:.0f} tok/s")
+        if upd:
+            parts.append(f"loss {upd['loss']:+.4f} kl {upd['kl']:.4f}")
+        parts += [f"{k.removesuffix('_success')} {v:.1%}" for k, v in ev.items() if k.endswith("_success")]
+        cached = [n for n, rec in self.stages.items() if rec.cached]
+        if cached:
+            parts.append(f"cached: {', '.join(cached)}")
+        return " | ".join(parts)
+
+
+def storage_root(config: CoevolveConfig) -> Path:
+    return Path(os.environ.get("COEVOLVE_HOME") or config.storage.root)
+
+
+@task(name="stage", cache_policy=NO_CACHE, persist_result=False)
+def stage_task(stage: StageDef, ctx: RunContext, round_: int, force: bool = False) -> StageRecord:
+    return run_stage(stage, ctx, round_, force=force)
+
+
+def save_resolved_config(ctx: RunContext) -> None:
+    path = ctx.store.layout.config_path
+    text = ctx.config.to_yaml()
+    if path.exists() and path.read_text() != text and not ctx.quiet:
+        print(f"note: {path} changes; stages whose config sections changed will recompute")
+    write_text_atomic(text, path)
+
+
+def run_rounds(ctx: RunContext, rounds: int, *, force: bool = False) -> list[RoundReport]:
+    """Run rounds 0..rounds-1 of the run in `ctx` (completed stages are skipped)."""
+    save_resolved_config(ctx)
+    reports = []
+    for round_ in range(rounds):
+        records = {}
+        for stage in round_plan(ctx.config, round_):
+            records[stage.name] = stage_task.with_options(task_run_name=f"{stage.name}[{round_}]")(
+                stage, ctx, round_, force=force
+            )
+        reports.append(RoundReport(round_, records))
+        if not ctx.quiet:
+            print(reports[-1].line())
+    build_catalog(ctx.store.layout.root)
+    return reports
+
+
+@flow(name="coevolve", log_prints=True)
+def coevolve(
+    config: str,
+    run: str | None = None,
+    rounds: int | None = None,
+    overrides: list[str] | None = None,
+) -> dict[str, Any]:
+    """Run (or continue) a CoEvolve run: `rounds` total rounds of `config` under run name `run`."""
+    cfg = load_config(config, overrides or [])
+    ctx = RunContext.create(cfg, run or cfg.run.name, storage_root(cfg))
+    reports = run_rounds(ctx, rounds or cfg.run.rounds)
+    return {"run": ctx.run, "root": str(ctx.store.layout.root), "rounds": len(reports),
+            "last": reports[-1].line() if reports else ""}

@@ -1,0 +1,206 @@
+"""`HfEngine`: the policy served in-process by transformers, batched, CPU by default.
+
+Rollout hands it token-id prompts of different lengths; it left-pads them into sub-batches of
+`batch_size` (prompts sorted by length so a sub-batch wastes little padding), decodes with a KV cache in
+its own small sampling loop, and returns for every prompt the exact sampled ids and the log-probs
+`log_softmax(logits / T)` of those ids under the raw model logits (before top-p truncation; T = 1 for
+greedy). A completion stops at the first end-of-sequence or extra stop id, which it keeps.
+
+On CPU the trainer (`rl/`) updates this very model object in place, so between rounds nothing needs to
+be reloaded; `update_weights` exists for the case where the trainer holds a different copy (another
+device or process) and hands over a checkpoint directory or a state dict.
+
+    from llm.models import load_model
+    from llm.hf_engine import HfEngine
+    from llm.engine import SamplingParams
+    engine = HfEngine(*load_model("tiny-random-llama"))
+    engine.generate([[1, 4093, 198]], SamplingParams(max_new_tokens=8, seed=0))
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from llm.engine import Completion, SamplingParams
+
+
+class HfEngine:
+    """transformers model + tokenizer behind the `Engine` protocol."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 16, version: str = "base") -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.version = version
+        self.eos_ids = _eos_ids(model, tokenizer)
+        pad = tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else min(self.eos_ids)
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        sampling: SamplingParams,
+        *,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[Completion]:
+        """One completion per prompt, in order; `progress(len(sub_batch))` after each sub-batch."""
+        import torch
+
+        for i, prompt in enumerate(prompts):
+            if not prompt:
+                raise ValueError(f"prompt {i} is empty")
+        stop = frozenset(self.eos_ids) | frozenset(sampling.stop_token_ids)
+        generator = None
+        if sampling.seed is not None:
+            generator = torch.Generator(device=self.model.device).manual_seed(sampling.seed)
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        results: list[Completion | None] = [None] * len(prompts)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                for start in range(0, len(order), self.batch_size):
+                    chunk = order[start : start + self.batch_size]
+                    batch = self._decode_batch([prompts[i] for i in chunk], sampling, stop, generator)
+                    for i, completion in zip(chunk, batch, strict=True):
+                        results[i] = completion
+                    if progress is not None:
+                        progress(len(chunk))
+        finally:
+            self.model.train(was_training)
+        return results  # type: ignore[return-value]
+
+    def _decode_batch(
+        self, prompts: list[list[int]], sampling: SamplingParams, stop: frozenset[int], generator: Any
+    ) -> list[Completion]:
+        """Left-pad `prompts`, decode up to max_new_tokens with a KV cache, cut each row at its stop."""
+        import torch
+
+        device = self.model.device
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+        # Left padding shifts tokens right; positions count real tokens only, so each row sees the same
+        # positions as it would alone.
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        stop_ids = torch.tensor(sorted(stop), device=device)
+        done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
+        cache, tokens, logprobs = None, [], []
+        for _ in range(sampling.max_new_tokens):
+            out = self.model(
+                input_ids=ids, attention_mask=mask, position_ids=positions,
+                cache=cache, use_cache=True, logits_to_keep=1,
+            )  # fmt: skip
+            cache = out.cache
+            token, logprob = sample_next(out.logits[:, -1, :].float(), sampling, generator)
+            tokens.append(token)
+            logprobs.append(logprob)
+            done |= torch.isin(token, stop_ids)
+            if bool(done.all()):
+                break
+            ids = token[:, None]
+            mask = torch.cat([mask, mask.new_ones(len(prompts), 1)], dim=1)
+            positions = positions[:, -1:] + 1
+        return self._completions(torch.stack(tokens, 1).tolist(), torch.stack(logprobs, 1).tolist(), stop)
+
+    def _completions(
+        self, rows: list[list[int]], row_logprobs: list[list[float]], stop: frozenset[int]
+    ) -> list[Completion]:
+        completions = []
+        for row, lps in zip(rows, row_logprobs, strict=True):
+            end = next((j + 1 for j, token in enumerate(row) if token in stop), None)
+            ids = row[:end] if end is not None else row
+            body = ids[:-1] if end is not None else ids
+            completions.append(
+                Completion(
+                    token_ids=ids,
+                    logprobs=lps[: len(ids)],
+                    text=self.tokenizer.decode(body, skip_special_tokens=False),
+                    finish_reason="stop" if end is not None else "length",
+                )
+            )
+        return completions
+
+    def update_weights(self, source: Any) -> None:
+        """Load new weights into the served model from a checkpoint directory, a state dict or a module.
+
+        On CPU the trainer trains `self.model` itself, so passing that object (or not calling this at
+        all) is a no-op. `version` is left to the caller.
+        """
+        import torch
+
+        if source is self.model:
+            return
+        if isinstance(source, torch.nn.Module):
+            state = source.state_dict()
+        elif isinstance(source, str | os.PathLike):
+            state = read_checkpoint(Path(source))
+        elif isinstance(source, Mapping):
+            state = source
+        else:
+            raise TypeError(f"update_weights takes a checkpoint directory or a state dict, not {type(source)}")
+        own = self.model.state_dict()
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        # Tied weights (lm_head = embed_tokens) are saved once; they count as loaded through their twin.
+        loaded = {own[k].data_ptr() for k in state if k in own}
+        missing = [k for k in missing if own[k].data_ptr() not in loaded]
+        if missing or unexpected:
+            raise ValueError(f"weights do not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+
+
+def sample_next(logits: Any, sampling: SamplingParams, generator: Any = None) -> tuple[Any, Any]:
+    """Pick one token per row of `logits` [B, V]; return (tokens [B], their log-probs [B]).
+
+    The log-prob is taken from log_softmax(logits / T) before any top-p truncation, so it describes the
+    same distribution the trainer recomputes from its own logits.
+    """
+    import torch
+
+    logprobs = torch.log_softmax(logits / sampling.effective_temperature, dim=-1)
+    if sampling.greedy:
+        token = logits.argmax(dim=-1)
+    else:
+        probs = logprobs.exp()
+        if sampling.top_p < 1.0:
+            probs = _top_p(probs, sampling.top_p)
+        token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return token, logprobs.gather(-1, token[:, None]).squeeze(-1)
+
+
+def _top_p(probs: Any, top_p: float) -> Any:
+    """Zero every token outside the smallest set whose mass reaches `top_p` (the top token always stays)."""
+    import torch
+
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+    sorted_probs = torch.where(mass_before < top_p, sorted_probs, torch.zeros_like(sorted_probs))
+    return torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """The full-model state dict saved in an HF checkpoint directory (safetensors, possibly sharded)."""
+    from safetensors.torch import load_file
+
+    files = sorted(f for f in path.glob("*.safetensors") if not f.name.startswith("adapter_"))
+    if not files:
+        raise FileNotFoundError(f"no full-model *.safetensors weights in {path}")
+    state: dict[str, Any] = {}
+    for file in files:
+        state.update(load_file(file))
+    return state
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> tuple[int, ...]:
+    """End-of-sequence ids from the tokenizer and the model's generation config (it may list several)."""
+    ids = {tokenizer.eos_token_id}
+    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    ids.update(config_eos if isinstance(config_eos, list | tuple) else [config_eos])
+    ids.discard(None)
+    if not ids:
+        raise ValueError("the tokenizer has no eos token and the model's generation config names none")
+    return tuple(sorted(ids))

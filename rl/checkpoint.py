@@ -1,0 +1,115 @@
+"""Policy checkpoints in Hugging Face `save_pretrained` layout, written atomically.
+
+Layout of a checkpoint directory:
+
+    config.json, model.safetensors (or adapter_config.json + adapter_model.safetensors for peft),
+    tokenizer files, optimizer.pt (optional), coevolve_checkpoint.json (completion marker, last)
+
+Everything is written into ``<name>.tmp-<pid>`` next to the target and renamed into place, so a
+reader never sees a half-written checkpoint under its final name. An existing checkpoint of the same
+name is first renamed aside and deleted only after the new one is in place.
+
+`load_checkpoint` reloads a full model or a peft adapter (on top of the base model recorded in its
+``adapter_config.json``). The `grpo_update` stage writes one checkpoint per round.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+MARKER = "coevolve_checkpoint.json"
+OPTIMIZER_FILE = "optimizer.pt"
+
+
+def _is_peft(model: nn.Module) -> bool:
+    try:
+        from peft import PeftModel
+    except ImportError:
+        return False
+    return isinstance(model, PeftModel)
+
+
+def _replace_dir(tmp: Path, directory: Path) -> None:
+    """Move ``tmp`` to ``directory``, replacing an existing directory without a half-state."""
+    if not directory.exists():
+        os.replace(tmp, directory)
+        return
+    old = directory.with_name(f"{directory.name}.old-{os.getpid()}")
+    if old.exists():
+        shutil.rmtree(old)
+    os.replace(directory, old)
+    os.replace(tmp, directory)
+    shutil.rmtree(old)
+
+
+def save_checkpoint(
+    model: nn.Module, tokenizer: Any | None, optimizer: torch.optim.Optimizer | None, directory: Path
+) -> None:
+    """Save ``model`` (adapters only if it is a peft model), ``tokenizer`` and optimizer state."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = directory.with_name(f"{directory.name}.tmp-{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        model.save_pretrained(tmp)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        if optimizer is not None:
+            torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+        marker = {"kind": "adapter" if _is_peft(model) else "full", "optimizer": optimizer is not None}
+        (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        _replace_dir(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _read_marker(directory: Path) -> dict:
+    directory = Path(directory)
+    marker = directory / MARKER
+    if not directory.is_dir():
+        raise FileNotFoundError(f"checkpoint directory {directory} does not exist")
+    if not marker.is_file():
+        raise FileNotFoundError(f"checkpoint directory {directory} is incomplete: {MARKER} is missing")
+    return json.loads(marker.read_text())
+
+
+def load_checkpoint(
+    directory: Path, *, dtype: torch.dtype | str | None = None, is_trainable: bool = True
+) -> tuple[nn.Module, Any | None]:
+    """Load ``(model, tokenizer)`` saved by `save_checkpoint`; tokenizer is None if none was saved.
+
+    A peft checkpoint is loaded on top of its base model (``base_model_name_or_path`` in its
+    ``adapter_config.json``, which must be resolvable locally), trainable unless told otherwise.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    directory = Path(directory)
+    meta = _read_marker(directory)
+    if meta.get("kind") == "adapter":
+        from peft import AutoPeftModelForCausalLM
+
+        model = AutoPeftModelForCausalLM.from_pretrained(directory, dtype=dtype, is_trainable=is_trainable)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype)
+    has_tokenizer = any((directory / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
+    tokenizer = AutoTokenizer.from_pretrained(directory) if has_tokenizer else None
+    return model, tokenizer
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, directory: Path) -> None:
+    """Restore ``optimizer`` from ``directory/optimizer.pt`` (tensors go to the params' devices)."""
+    _read_marker(directory)
+    path = Path(directory) / OPTIMIZER_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint directory {directory} has no {OPTIMIZER_FILE}")
+    optimizer.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))

@@ -1,0 +1,297 @@
+"""One GRPO policy update over a round's rollouts (the `grpo_update` stage calls this).
+
+Steps of `grpo_update`:
+
+1. Advantages: rewards standardised within each group (`rl.advantages.group_advantages`).
+2. Rows that cannot contribute are dropped: rows without policy tokens, and rows whose advantage is
+   exactly 0 (their surrogate and its gradient vanish). When ``beta > 0`` zero-advantage rows are
+   *kept*: the KL term still pulls them towards the reference, and the token normaliser then counts
+   every policy token of the group, as in the paper's objective. With ``beta == 0`` and no signal
+   at all, nothing runs and no optimizer step is taken (AdamW would otherwise still move weights
+   through momentum and weight decay).
+3. The remaining rows are split into ``mini_batches`` mini-batches along group boundaries (a group is
+   never split, so token-level normalisation is over whole groups), each cut into micro-batches of
+   at most ``micro_batch_size`` rows sorted by length.
+4. Old log-probs are recomputed by the policy itself under ``no_grad`` before the first gradient step,
+   with exactly the micro-batches used for training: same kernels, same padding, so the ratio is 1 on
+   the first step and there is no engine/trainer numeric drift. Reference log-probs come from
+   ``ref_model`` (or, for a peft model without ``ref_model``, the model with its adapter disabled).
+5. ``epochs`` passes over the mini-batches; each mini-batch is one optimizer step, gradients
+   accumulated over its micro-batches with the loss divided by the mini-batch's policy-token count,
+   then grad-norm clipping and ``optimizer.step()``.
+
+The learning rate belongs to the optimizer (build it with `make_optimizer`, schedule it outside);
+``UpdateHyperparams.lr``/``weight_decay`` are only what `make_optimizer` uses.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import Tensor, nn
+
+from rl.advantages import group_advantages
+from rl.batch import SampleBatch, micro_batches
+from rl.logprobs import token_logprobs
+from rl.loss import LossMetrics, grpo_loss
+
+Plan = list[list[list[int]]]  # mini-batches -> micro-batches -> row indices
+
+
+@dataclass(frozen=True)
+class UpdateHyperparams:
+    """Knobs of one GRPO update (the integrator maps its config onto these)."""
+
+    lr: float
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    beta: float = 0.0
+    micro_batch_size: int = 4
+    epochs: int = 1
+    mini_batches: int = 1
+    max_grad_norm: float | None = 1.0  # None or <= 0: measure the norm, do not clip
+    temperature: float = 1.0  # sampling temperature of the rollouts
+    weight_decay: float = 0.0
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """Metrics of one `grpo_update` (one row of the `updates` artifact).
+
+    loss/pg_loss: mean over optimizer steps of the mini-batch loss; kl, clip and ratio stats:
+    token-weighted means over every micro-batch of every epoch; grad_norm: mean pre-clip norm;
+    tokens: policy tokens of the trained rows (counted once, not per epoch); samples: rows in the
+    batch; trained_samples: rows used in the gradient.
+    """
+
+    loss: float
+    pg_loss: float
+    kl: float
+    clip_fraction: float
+    clip_low_fraction: float
+    clip_high_fraction: float
+    ratio_mean: float
+    grad_norm: float
+    lr: float
+    tokens: int
+    samples: int
+    trained_samples: int
+    groups: int
+    groups_with_signal: int
+    optimizer_steps: int
+    seconds: float
+
+    def as_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def make_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.0) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters (all of them, or only the adapter for peft models)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+
+
+def trainable_rows(batch: SampleBatch, advantages: Tensor, beta: float) -> list[int]:
+    """Rows that contribute to the loss: some policy tokens, and a signal or a KL term."""
+    return [
+        i for i in range(len(batch)) if any(batch.loss_mask[i]) and (beta > 0 or float(advantages[i]) != 0.0)
+    ]
+
+
+def plan_update(batch: SampleBatch, rows: list[int], mini_batches: int, micro_batch_size: int) -> Plan:
+    """Split ``rows`` into up to ``mini_batches`` groups-aligned mini-batches of micro-batches."""
+    groups = list(dict.fromkeys(batch.group_ids[i] for i in rows))  # first-appearance order
+    parts = max(1, min(mini_batches, len(groups)))
+    bounds = [round(k * len(groups) / parts) for k in range(parts + 1)]
+    plan = []
+    for k in range(parts):
+        chunk = set(groups[bounds[k] : bounds[k + 1]])
+        mini = [i for i in rows if batch.group_ids[i] in chunk]
+        if mini:
+            plan.append(micro_batches(batch.lengths, mini, micro_batch_size))
+    return plan
+
+
+def progress_total(batch: SampleBatch, hp: UpdateHyperparams) -> int:
+    """Sum of the ``advance`` values `grpo_update` will pass to ``progress`` (rows x epochs)."""
+    adv = _advantages(batch)
+    return hp.epochs * len(trainable_rows(batch, adv, hp.beta))
+
+
+def _advantages(batch: SampleBatch) -> Tensor:
+    rewards = torch.tensor(batch.rewards, dtype=torch.float32)  # [N]
+    return group_advantages(rewards, torch.tensor(batch.group_ids, dtype=torch.long))  # [N]
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _is_peft(model: nn.Module) -> bool:
+    try:
+        from peft import PeftModel
+    except ImportError:
+        return False
+    return isinstance(model, PeftModel)
+
+
+@torch.no_grad()
+def _fixed_logprobs(
+    model: nn.Module, batch: SampleBatch, plan: Plan, temperature: float
+) -> list[list[Tensor]]:
+    """Log-probs ``[b, T]`` of every micro-batch of ``plan`` under a frozen view of ``model``."""
+    was_training = model.training
+    model.eval()
+    device = _device(model)
+    out = []
+    for mini in plan:
+        row = []
+        for micro in mini:
+            padded = batch.pad(micro).to(device)
+            row.append(
+                token_logprobs(model, padded.input_ids, padded.attention_mask, temperature=temperature)
+            )
+        out.append(row)
+    model.train(was_training)
+    return out
+
+
+def _reference_logprobs(
+    model: nn.Module, ref_model: nn.Module | None, batch: SampleBatch, plan: Plan, hp: UpdateHyperparams
+) -> list[list[Tensor]] | None:
+    if hp.beta == 0:
+        return None
+    if ref_model is not None:
+        ref = _fixed_logprobs(ref_model, batch, plan, hp.temperature)
+        device = _device(model)
+        return [[t.to(device) for t in mini] for mini in ref]
+    with model.disable_adapter():  # peft: the base model is the reference
+        return _fixed_logprobs(model, batch, plan, hp.temperature)
+
+
+class _MetricsSum:
+    """Accumulates `LossMetrics` of micro-batches into `UpdateResult` averages."""
+
+    def __init__(self) -> None:
+        self.weighted = dict.fromkeys(
+            ("kl", "clip_fraction", "clip_low_fraction", "clip_high_fraction", "ratio_mean"), 0.0
+        )
+        self.tokens = 0
+        self.step_loss = self.step_pg = 0.0
+        self.losses: list[tuple[float, float, float]] = []  # (loss, pg_loss, grad_norm) per step
+
+    def add(self, m: LossMetrics) -> None:
+        for key in self.weighted:
+            self.weighted[key] += getattr(m, key) * m.tokens
+        self.tokens += m.tokens
+        self.step_loss += m.loss
+        self.step_pg += m.pg_loss
+
+    def end_step(self, grad_norm: float) -> None:
+        self.losses.append((self.step_loss, self.step_pg, grad_norm))
+        self.step_loss = self.step_pg = 0.0
+
+    def summary(self) -> dict[str, float]:
+        steps = max(1, len(self.losses))
+        out = {k: v / max(1, self.tokens) for k, v in self.weighted.items()}
+        out["loss"] = sum(s[0] for s in self.losses) / steps
+        out["pg_loss"] = sum(s[1] for s in self.losses) / steps
+        out["grad_norm"] = sum(s[2] for s in self.losses) / steps
+        return out
+
+
+def _optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float | None) -> float:
+    params = [p for p in model.parameters() if p.requires_grad]
+    limit = max_grad_norm if max_grad_norm and max_grad_norm > 0 else float("inf")
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
+    optimizer.step()
+    return grad_norm
+
+
+def _mini_batch_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    batch: SampleBatch,
+    mini: list[list[int]],
+    adv: Tensor,
+    old: list[Tensor],
+    ref: list[Tensor] | None,
+    hp: UpdateHyperparams,
+    acc: _MetricsSum,
+    progress: Callable[[int], object] | None,
+) -> None:
+    """One optimizer step: gradients accumulated over the micro-batches of ``mini``.
+
+    Every micro-batch loss is divided by the policy-token count of the whole mini-batch, so the
+    accumulated gradient is that of the token-level-normalised mini-batch loss.
+    """
+    device = _device(model)
+    num_tokens = batch.policy_tokens([i for micro in mini for i in micro])
+    optimizer.zero_grad(set_to_none=True)
+    for u, micro in enumerate(mini):
+        padded = batch.pad(micro).to(device)
+        lp = token_logprobs(model, padded.input_ids, padded.attention_mask, temperature=hp.temperature)
+        loss, metrics = grpo_loss(
+            lp, old[u], None if ref is None else ref[u], adv[micro].to(device), padded.loss_mask,
+            clip_low=hp.clip_low, clip_high=hp.clip_high, beta=hp.beta, num_tokens=num_tokens,
+        )  # fmt: skip
+        loss.backward()
+        acc.add(metrics)
+        if progress is not None:
+            progress(len(micro))
+    acc.end_step(_optimizer_step(model, optimizer, hp.max_grad_norm))
+
+
+def grpo_update(
+    model: nn.Module,
+    ref_model: nn.Module | None,
+    optimizer: torch.optim.Optimizer,
+    batch: SampleBatch,
+    hp: UpdateHyperparams,
+    *,
+    progress: Callable[[int], object] | None = None,
+) -> UpdateResult:
+    """Run one GRPO update of ``model`` on ``batch``; see the module docstring for the steps.
+
+    ``progress(advance)`` is called after each micro-batch with its number of rows; the total over
+    the update is `progress_total`. The model's train/eval mode is restored afterwards.
+    """
+    start = time.perf_counter()
+    if hp.beta > 0 and ref_model is None and not _is_peft(model):
+        raise ValueError(
+            "grpo_update: beta > 0 needs a reference policy: pass ref_model, or a peft model "
+            "(its base model, adapter disabled, is then the reference)"
+        )
+    adv = _advantages(batch)  # [N]
+    rows = trainable_rows(batch, adv, hp.beta)
+    plan = plan_update(batch, rows, hp.mini_batches, hp.micro_batch_size) if rows else []
+    group_ids = torch.tensor(batch.group_ids, dtype=torch.long)
+    acc = _MetricsSum()
+
+    if plan:
+        old = _fixed_logprobs(model, batch, plan, hp.temperature)
+        ref = _reference_logprobs(model, ref_model, batch, plan, hp)
+        was_training = model.training
+        model.train()
+        for _ in range(hp.epochs):
+            for m, mini in enumerate(plan):
+                mini_ref = None if ref is None else ref[m]
+                _mini_batch_step(model, optimizer, batch, mini, adv, old[m], mini_ref, hp, acc, progress)
+        optimizer.zero_grad(set_to_none=True)
+        model.train(was_training)
+
+    signal = group_ids[adv != 0].unique()
+    return UpdateResult(
+        **acc.summary(),
+        lr=float(optimizer.param_groups[0]["lr"]),
+        tokens=batch.policy_tokens(rows),
+        samples=len(batch),
+        trained_samples=len(rows),
+        groups=int(group_ids.unique().numel()),
+        groups_with_signal=int(signal.numel()),
+        optimizer_steps=len(acc.losses),
+        seconds=time.perf_counter() - start,
+    )

@@ -1,0 +1,164 @@
+"""The multi-turn agent loop: run many episodes at once with one engine, token-in/token-out.
+
+Every live episode's context is a list of token ids. At each generation step all live episodes are sent
+to the engine together (the engine sub-batches them); each reply's exact sampled ids are appended with
+loss mask 1 and the sampler's log-probs, then the environment's answer (tool results, next user turn) is
+appended as template tokens with mask 0. Nothing is ever re-tokenised for training.
+
+Used by rollout (K samples per task), evaluate (greedy, one per task) and, later, exploration.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from envs.base import Environment, Evaluation, Task
+from llm.chat import ChatFormat
+from llm.engine import Completion, Engine, SamplingParams
+
+
+@dataclass(frozen=True)
+class EpisodeLimits:
+    max_replies: int = 8
+    max_context_tokens: int = 2048
+
+
+@dataclass
+class Episode:
+    """One running or finished episode: its token stream, conversation and ledger rows."""
+
+    task: Task
+    sample: int
+    env: Environment
+    input_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    messages: list[dict[str, str]] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    prompt_tokens: int = 0
+    replies: int = 0
+    turn: int = 0
+    finish: str = ""
+    error: str | None = None
+    evaluation: Evaluation | None = None
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(self.loss_mask)
+
+    def append(self, ids: list[int], *, policy: bool, logprobs: list[float] | None = None) -> None:
+        self.input_ids.extend(ids)
+        self.loss_mask.extend([int(policy)] * len(ids))
+        self.logprobs.extend(logprobs if logprobs is not None else [0.0] * len(ids))
+
+
+def run_episodes(
+    engine: Engine,
+    chat: ChatFormat,
+    make_env: Callable[[], Environment],
+    jobs: list[tuple[Task, int]],
+    sampling: SamplingParams,
+    limits: EpisodeLimits,
+    *,
+    seed: int = 0,
+    progress: Callable[[int], None] | None = None,
+) -> list[Episode]:
+    """Run one episode per `(task, sample)` job to the end; returns them in job order."""
+    episodes = [_start(task, sample, make_env, chat, seed) for task, sample in jobs]
+    for ep in episodes:
+        if ep.finish:  # could not even start: recorded with its error
+            _close(ep)
+            if progress:
+                progress(1)
+    live = [ep for ep in episodes if not ep.finish]
+    while live:
+        completions = engine.generate([ep.input_ids for ep in live], sampling)
+        for ep, completion in zip(live, completions, strict=True):
+            _advance(ep, completion, chat, sampling, limits)
+            if ep.finish:
+                _close(ep)
+                if progress:
+                    progress(1)
+        live = [ep for ep in live if not ep.finish]
+    return episodes
+
+
+def _start(task: Task, sample: int, make_env: Callable[[], Environment], chat: ChatFormat, seed: int) -> Episode:
+    ep = Episode(task=task, sample=sample, env=make_env())
+    try:
+        obs = ep.env.reset(task, seed=seed + sample)
+        demos = list(getattr(ep.env, "demonstrations", list)())
+        ep.append(chat.prompt_ids(obs.messages, tools=obs.tools, demonstrations=demos), policy=False)
+        ep.messages = list(obs.messages)
+        ep.prompt_tokens = len(ep.input_ids)
+    except Exception as exc:  # a broken task is a row with a reason, not a crashed round
+        _fail(ep, exc)
+    return ep
+
+
+def _advance(ep: Episode, completion: Completion, chat: ChatFormat, sampling: SamplingParams,
+             limits: EpisodeLimits) -> None:
+    ep.append(completion.token_ids, policy=True, logprobs=completion.logprobs)
+    ep.replies += 1
+    ep.messages.append({"role": "assistant", "content": completion.text})
+    try:
+        result = ep.env.step(completion.text)
+    except Exception as exc:
+        _fail(ep, exc)
+        return
+    ep.steps.extend(_step_rows(ep, completion.text, result.info))
+    if result.turn_ended:
+        ep.turn += 1
+    if result.done:
+        ep.finish = "done"
+        return
+    ep.messages.extend(result.messages)
+    ep.append(chat.continuation_ids(result.messages, last_token_id=completion.token_ids[-1]), policy=False)
+    if ep.replies >= limits.max_replies:
+        ep.finish = "max_steps"
+    elif len(ep.input_ids) + sampling.max_new_tokens > limits.max_context_tokens:
+        ep.finish = "context"
+
+
+def _step_rows(ep: Episode, reply: str, info: dict[str, Any]) -> list[dict[str, Any]]:
+    base = {"step": ep.replies - 1, "turn": ep.turn, "reply": reply}
+    rows = []
+    for call in info.get("calls", []):
+        ok = bool(call.get("ok"))
+        observation = call.get("result") if ok else call.get("error")
+        rows.append({**base, "kind": "call", "tool": call.get("name"), "ok": ok,
+                     "arguments": json.dumps(call.get("arguments", {}), default=str),
+                     "observation": _text(observation)})
+    for error in info.get("parse_errors", []):
+        rows.append({**base, "kind": "parse_error", "tool": None, "arguments": None, "ok": False,
+                     "observation": _text(error)})
+    if not rows:
+        rows.append({**base, "kind": "answer", "tool": None, "arguments": None, "ok": True, "observation": ""})
+    return [{**row, "call_index": i} for i, row in enumerate(rows)]
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def _fail(ep: Episode, exc: BaseException) -> None:
+    ep.finish = "error"
+    ep.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+
+
+def _close(ep: Episode) -> None:
+    if ep.finish != "error":
+        try:
+            ep.evaluation = ep.env.evaluate()
+        except Exception as exc:
+            _fail(ep, exc)
+    if ep.evaluation is None:
+        ep.evaluation = Evaluation(reward=0.0, success=False, details={"error": ep.error})
+    try:
+        ep.env.close()
+    except Exception:  # closing must not lose the episode's rows
+        pass

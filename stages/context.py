@@ -1,0 +1,82 @@
+"""What every stage of a run gets: the config, the run's storage, environments and the policy.
+
+A `RunContext` lives as long as the process that drives the run (the Prefect flow or a `coevolve stage`
+call). It is never serialised: Prefect tasks receive it as an in-process argument with caching off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import envs
+from envs.base import Environment, Task
+from stages.config import CoevolveConfig
+from stages.policy import Policy, base_version
+from storage.layout import RunLayout
+from storage.store import RunStore
+
+
+@dataclass
+class RunContext:
+    config: CoevolveConfig
+    store: RunStore
+    quiet: bool = False
+    policy: Policy = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.policy = Policy(self.config.model, self.config.train)
+
+    @classmethod
+    def create(cls, config: CoevolveConfig, run: str, root: Path, *, quiet: bool = False) -> RunContext:
+        return cls(config, RunStore(RunLayout(root, run)), quiet=quiet)
+
+    @property
+    def run(self) -> str:
+        return self.store.run
+
+    def make_env(self) -> Environment:
+        return envs.make(self.config.env.name, **self.config.env.options)
+
+    @cached_property
+    def _task_source(self) -> Environment:
+        return self.make_env()
+
+    def env_tasks(self, split: str) -> list[Task]:
+        env = self._task_source
+        if split not in env.splits():
+            raise ValueError(
+                f"environment {self.config.env.name!r} has no split {split!r}; splits: {', '.join(env.splits())}"
+            )
+        return env.tasks(split)
+
+    def policy_after(self, round_: int) -> tuple[str, Path | None]:
+        """Version (and checkpoint) of the policy after round `round_`'s update; -1 = the base model."""
+        if round_ < 0:
+            return base_version(self.config.model), None
+        manifest = self.store.completed(round_, "grpo_update")
+        return manifest.outputs["policy_version"], Path(manifest.outputs["checkpoint"])
+
+    def use_policy(self, round_: int) -> Policy:
+        """The policy after round `round_` (-1 = base), loaded into memory if needed."""
+        version, checkpoint = self.policy_after(round_)
+        self.policy.ensure(version, checkpoint)
+        return self.policy
+
+    @contextmanager
+    def progress(self, description: str, total: int) -> Any:
+        """A rich progress bar; yields `advance(n)`."""
+        if self.quiet:
+            yield lambda n=1: None
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, transient=True) as bar:
+            task_id = bar.add_task(description, total=total)
+            advance: Callable[[int], None] = lambda n=1: bar.advance(task_id, n)  # noqa: E731
+            yield advance

@@ -1,0 +1,67 @@
+"""evaluate / baseline: score a policy on held-out splits the dataset never contains.
+
+`evaluate` in round r scores the policy after round r's update (every `eval.every` rounds); `baseline`
+in round 0 scores the initial policy, so a run's curve starts at zero-shot. One episode per task, greedy
+by default. Writes `evals` (per task reward and success) plus `trajectories`/`steps` with source `eval`.
+"""
+
+from __future__ import annotations
+
+import random
+
+from llm.engine import SamplingParams
+from stages.agent_loop import EpisodeLimits, run_episodes
+from stages.context import RunContext
+from stages.ledger import step_rows, trajectory_rows
+from stages.rollout import round_seed
+from stages.runner import StageDef, StageResult
+
+
+def eval_tasks(ctx: RunContext, split: str):
+    tasks = ctx.env_tasks(split)
+    limit = ctx.config.eval.max_tasks
+    if limit is not None and limit < len(tasks):
+        tasks = random.Random(f"eval-{split}").sample(tasks, limit)  # the same tasks every round
+    return tasks
+
+
+def evaluate_policy(ctx: RunContext, round_: int, policy_round: int) -> StageResult:
+    cfg, rollout = ctx.config.eval, ctx.config.rollout
+    policy = ctx.use_policy(policy_round)
+    temperature = 1.0 if cfg.greedy else rollout.temperature
+    sampling = SamplingParams(temperature=temperature, max_new_tokens=rollout.max_new_tokens,
+                              greedy=cfg.greedy, seed=round_seed(ctx.config.run.seed, round_, "eval"))
+    limits = EpisodeLimits(rollout.max_replies, rollout.max_context_tokens)
+    evals, trajectories, steps, outputs = [], [], [], {}
+    for split in cfg.splits:
+        tasks = eval_tasks(ctx, split)
+        with ctx.progress(f"round {round_} eval {split}", len(tasks)) as advance:
+            episodes = run_episodes(policy.engine, policy.chat, ctx.make_env, [(t, 0) for t in tasks], sampling,
+                                    limits, progress=advance)
+        rows = trajectory_rows(episodes, run=ctx.run, round_=round_, source=f"eval:{split}",
+                               policy=policy.version)
+        trajectories += rows
+        steps += step_rows(episodes, rows)
+        evals += [
+            {"split": split, "task_id": ep.task.id, "family": ep.task.family, "trajectory_id": row["trajectory_id"],
+             "policy_version": policy.version, "greedy": cfg.greedy, "reward": row["reward"],
+             "success": row["success"]}
+            for ep, row in zip(episodes, rows, strict=True)
+        ]
+        outputs[f"{split}_success"] = sum(r["success"] for r in rows) / max(len(rows), 1)
+        outputs[f"{split}_reward"] = sum(r["reward"] for r in rows) / max(len(rows), 1)
+    outputs["policy_version"] = policy.version
+    return StageResult({"evals": evals, "trajectories": trajectories, "steps": steps}, outputs)
+
+
+def _policy_of_round(ctx: RunContext, round_: int) -> dict[str, str]:
+    return {"policy": ctx.policy_after(round_)[0]}
+
+
+def _base_policy(ctx: RunContext, round_: int) -> dict[str, str]:
+    return {"policy": ctx.policy_after(-1)[0]}
+
+
+_SECTIONS = ("eval", "env", "model", "rollout", "run")
+EVALUATE = StageDef("evaluate", 1, _SECTIONS, _policy_of_round, lambda ctx, r, key: evaluate_policy(ctx, r, r))
+BASELINE = StageDef("baseline", 1, _SECTIONS, _base_policy, lambda ctx, r, key: evaluate_policy(ctx, r, -1))

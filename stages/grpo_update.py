@@ -1,0 +1,85 @@
+"""grpo_update: one GRPO update of the policy on exactly the samples of round r's rollout (on-policy).
+
+Reads `samples` of rollout r and the policy after round r-1; trains the in-memory model (the engine's
+own model object on CPU), saves a checkpoint in HF layout under `checkpoints/round=r/`, and writes one
+`updates` row. The new policy version is derived from this stage's cache key, so a resumed run finds
+exactly the checkpoint that belongs to its inputs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+
+from stages.context import RunContext
+from stages.runner import StageDef, StageResult
+
+
+def _inputs(ctx: RunContext, round_: int) -> dict[str, str]:
+    samples = ctx.store.completed(round_, "rollout").artifacts["samples"].sha256
+    return {"samples": samples, "policy": ctx.policy_after(round_ - 1)[0]}
+
+
+def _hyperparams(ctx: RunContext):
+    from rl.update import UpdateHyperparams
+
+    t = ctx.config.train
+    return UpdateHyperparams(
+        lr=t.lr, clip_low=t.clip_low, clip_high=t.clip_high, beta=t.beta, micro_batch_size=t.micro_batch_size,
+        epochs=t.epochs, mini_batches=t.mini_batches, max_grad_norm=t.max_grad_norm,
+        temperature=ctx.config.rollout.temperature, weight_decay=t.weight_decay,
+    )
+
+
+def _batch(ctx: RunContext, round_: int):
+    from rl.batch import SampleBatch
+
+    table = ctx.store.read(round_, "rollout", "samples")
+    groups = {g: i for i, g in enumerate(dict.fromkeys(table.column("group_id").to_pylist()))}
+    return SampleBatch(
+        input_ids=table.column("input_ids").to_pylist(),
+        loss_mask=table.column("loss_mask").to_pylist(),
+        rewards=table.column("reward").to_pylist(),
+        group_ids=[groups[g] for g in table.column("group_id").to_pylist()],
+    )
+
+
+def update_policy(ctx: RunContext, round_: int, key: str) -> StageResult:
+    from rl.checkpoint import save_checkpoint
+    from rl.update import grpo_update, progress_total
+
+    policy = ctx.use_policy(round_ - 1)
+    base = policy.version
+    batch, hp = _batch(ctx, round_), _hyperparams(ctx)
+    reference = policy.reference_model() if hp.beta > 0 else None
+    started = time.perf_counter()
+    with ctx.progress(f"round {round_} update", progress_total(batch, hp)) as advance:
+        result = grpo_update(policy.model, reference, policy.make_optimizer(), batch, hp, progress=advance)
+    version = f"r{round_}-{key[:12]}"
+    checkpoint = ctx.store.layout.checkpoint_dir(round_)
+    save_checkpoint(policy.model, policy.tokenizer, policy.optimizer, checkpoint)
+    policy.version = policy.engine.version = version
+    _prune_checkpoints(ctx, round_)
+    metrics = result.as_dict()
+    row = {
+        "step": round_, "base_version": base, "policy_version": version,
+        "loss": metrics["loss"], "pg_loss": metrics["pg_loss"], "kl": metrics["kl"],
+        "clip_fraction": metrics["clip_fraction"], "grad_norm": metrics["grad_norm"], "lr": metrics["lr"],
+        "tokens": int(metrics["tokens"]), "samples": int(metrics["samples"]),
+        "groups_with_signal": int(metrics["groups_with_signal"]), "seconds": time.perf_counter() - started,
+        "checkpoint": str(checkpoint),
+    }
+    outputs = {"policy_version": version, "checkpoint": str(checkpoint), **{k: row[k] for k in (
+        "loss", "kl", "grad_norm", "tokens", "groups_with_signal", "seconds")}}
+    return StageResult({"updates": [row]}, outputs)
+
+
+def _prune_checkpoints(ctx: RunContext, round_: int) -> None:
+    keep = ctx.config.train.keep_checkpoints
+    for old in range(round_ - keep, -1, -1):
+        directory = ctx.store.layout.checkpoint_dir(old)
+        if directory.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+GRPO_UPDATE = StageDef("grpo_update", 1, ("train", "model", "rollout"), _inputs, update_policy)

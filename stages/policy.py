@@ -1,0 +1,106 @@
+"""The policy held in memory across rounds: model, tokenizer, engine, optimizer and its version.
+
+On CPU the engine generates with the very model object that grpo_update trains, so nothing is reloaded
+between rounds. A policy version is a name: `base-<hash>` for the initial weights, then the id the
+update of round r wrote into its manifest. When a stage needs a version the memory does not hold (a
+resumed run, a re-run stage), `ensure` loads that version's checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envs.base import content_hash
+from stages.config import ModelConfig, TrainConfig
+
+
+def base_version(model: ModelConfig) -> str:
+    return f"base-{content_hash({'name': model.name, 'dtype': model.dtype}, length=12)}"
+
+
+@dataclass
+class Policy:
+    """Lazily loaded policy; `ensure(version, checkpoint)` makes memory hold that version."""
+
+    model_config: ModelConfig
+    train_config: TrainConfig
+    model: Any = None
+    tokenizer: Any = None
+    engine: Any = None
+    optimizer: Any = None
+    reference: Any = None
+    version: str = ""
+    _chat: Any = field(default=None, repr=False)
+
+    def load_base(self) -> None:
+        from llm.hf_engine import HfEngine
+        from llm.models import load_model
+
+        cfg = self.model_config
+        self.model, self.tokenizer = load_model(cfg.name, dtype=cfg.dtype, device=cfg.device)
+        self.version = base_version(cfg)
+        self.engine = HfEngine(self.model, self.tokenizer, batch_size=cfg.generation_batch_size,
+                               version=self.version)
+        self.optimizer = None
+
+    @property
+    def chat(self) -> Any:
+        if self._chat is None:
+            from llm.chat import ChatFormat
+
+            self._chat = ChatFormat(self.tokenizer)
+        return self._chat
+
+    def ensure(self, version: str, checkpoint: Path | None) -> None:
+        """Make the in-memory weights (and optimizer state) those of `version`."""
+        if self.model is None:
+            self.load_base()
+        if version == self.version:
+            return
+        if checkpoint is None:
+            if version != base_version(self.model_config):
+                raise RuntimeError(f"no checkpoint recorded for policy version {version}")
+            self.load_base()
+            return
+        self._load_checkpoint(version, checkpoint)
+
+    def _load_checkpoint(self, version: str, checkpoint: Path) -> None:
+        from safetensors.torch import load_file
+
+        files = sorted(checkpoint.glob("*.safetensors"))
+        if not files:
+            raise FileNotFoundError(
+                f"checkpoint {checkpoint} of policy {version} is missing (pruned or deleted); "
+                "re-run the grpo_update stage that wrote it with --force"
+            )
+        state: dict[str, Any] = {}
+        for file in files:
+            state.update(load_file(str(file)))
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        if unexpected or [m for m in missing if not m.endswith("lm_head.weight")]:
+            raise RuntimeError(f"checkpoint {checkpoint} does not match the model: {missing[:3]} {unexpected[:3]}")
+        self.make_optimizer()
+        from rl.checkpoint import load_optimizer_state
+
+        load_optimizer_state(self.optimizer, checkpoint)
+        self.version = version
+        self.engine.version = version
+
+    def make_optimizer(self) -> Any:
+        if self.optimizer is None:
+            from rl.update import make_optimizer
+
+            self.optimizer = make_optimizer(self.model, self.train_config.lr, self.train_config.weight_decay)
+        return self.optimizer
+
+    def reference_model(self) -> Any:
+        """A frozen copy of the base weights for the KL term (built on first use)."""
+        if self.reference is None:
+            from llm.models import load_model
+
+            cfg = self.model_config
+            self.reference, _ = load_model(cfg.name, dtype=cfg.dtype, device=cfg.device)
+            self.reference.eval().requires_grad_(False)
+        return self.reference

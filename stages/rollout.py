@@ -1,0 +1,62 @@
+"""rollout: K episodes for each of `rollout.tasks_per_round` tasks drawn from D_r, with the current policy.
+
+Reads the dataset version of round r and the policy after round r-1; writes `trajectories` (source
+`rollout`), `steps` and `samples` (exact sampled token ids, loss mask, sampler log-probs, reward) that
+grpo_update trains on.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from envs.base import content_hash
+from llm.engine import SamplingParams
+from stages.agent_loop import EpisodeLimits, run_episodes
+from stages.context import RunContext
+from stages.datasets import dataset_manifest, load_dataset, load_tasks, sample_task_ids
+from stages.ledger import sample_rows, step_rows, trajectory_rows
+from stages.runner import StageDef, StageResult
+
+
+def round_seed(seed: int, round_: int, purpose: str) -> int:
+    return int(content_hash([seed, round_, purpose], length=8), 16)
+
+
+def _inputs(ctx: RunContext, round_: int) -> dict[str, str]:
+    version, _ = ctx.policy_after(round_ - 1)
+    return {"dataset": dataset_manifest(ctx, round_).content_hash(), "policy": version}
+
+
+def roll_out(ctx: RunContext, round_: int, key: str) -> StageResult:
+    cfg = ctx.config.rollout
+    seed = round_seed(ctx.config.run.seed, round_, "rollout")
+    task_ids = sample_task_ids(load_dataset(ctx, round_), cfg.tasks_per_round, random.Random(seed))
+    tasks = load_tasks(ctx, task_ids, round_)
+    policy = ctx.use_policy(round_ - 1)
+    jobs = [(task, k) for task in tasks for k in range(cfg.k)]
+    sampling = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
+                              seed=seed)
+    limits = EpisodeLimits(cfg.max_replies, cfg.max_context_tokens)
+    started = time.perf_counter()
+    with ctx.progress(f"round {round_} rollout", len(jobs)) as advance:
+        episodes = run_episodes(policy.engine, policy.chat, ctx.make_env, jobs, sampling, limits,
+                                seed=seed, progress=advance)
+    seconds = time.perf_counter() - started
+    trajectories = trajectory_rows(episodes, run=ctx.run, round_=round_, source="rollout", policy=policy.version)
+    generated = sum(ep.completion_tokens for ep in episodes)
+    outputs = {
+        "episodes": len(episodes),
+        "success_rate": sum(t["success"] for t in trajectories) / max(len(trajectories), 1),
+        "mean_reward": sum(t["reward"] for t in trajectories) / max(len(trajectories), 1),
+        "generated_tokens": generated, "seconds": round(seconds, 3),
+        "tokens_per_second": round(generated / seconds, 2) if seconds > 0 else 0.0,
+    }
+    return StageResult(
+        {"trajectories": trajectories, "steps": step_rows(episodes, trajectories),
+         "samples": sample_rows(episodes, trajectories)},
+        outputs,
+    )
+
+
+ROLLOUT = StageDef("rollout", 1, ("rollout", "env", "model", "run"), _inputs, roll_out)

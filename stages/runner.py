@@ -1,0 +1,69 @@
+"""The one way a stage runs: cache key -> skip if the manifest matches -> run -> write -> manifest.
+
+A stage is a `StageDef`: a name, a code version (bump it when the stage's output for the same inputs
+changes), the config sections it reads, a function naming its inputs (content hashes of upstream
+manifests, policy versions) and the pure-ish function that computes its artifacts.
+
+    record = run_stage(ROLLOUT, ctx, round_=3)        # StageRecord(manifest, cached=True/False)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from stages.context import RunContext
+from storage.manifest import Manifest, cache_key
+
+
+@dataclass(frozen=True)
+class StageResult:
+    artifacts: dict[str, list[dict[str, Any]] | pa.Table]
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StageDef:
+    name: str
+    version: int
+    sections: tuple[str, ...]
+    inputs: Callable[[RunContext, int], dict[str, str]]
+    compute: Callable[[RunContext, int, str], StageResult]
+    """(context, round, cache key) -> artifacts and outputs."""
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    manifest: Manifest
+    cached: bool
+
+
+def stage_key(stage: StageDef, ctx: RunContext, round_: int) -> str:
+    return cache_key(stage.name, stage.version, ctx.config.section(*stage.sections), stage.inputs(ctx, round_))
+
+
+def is_cached(stage: StageDef, ctx: RunContext, round_: int, key: str) -> Manifest | None:
+    manifest = ctx.store.manifest(round_, stage.name)
+    if manifest is None or manifest.key != key:
+        return None
+    files_present = all(ctx.store.layout.artifact_path(round_, stage.name, a).exists() for a in manifest.artifacts)
+    return manifest if files_present else None
+
+
+def run_stage(stage: StageDef, ctx: RunContext, round_: int, *, force: bool = False) -> StageRecord:
+    """Run `stage` for `round_` unless a completed run with the same cache key exists."""
+    key = stage_key(stage, ctx, round_)
+    if not force and (cached := is_cached(stage, ctx, round_, key)) is not None:
+        return StageRecord(cached, cached=True)
+    ctx.store.invalidate(round_, stage.name)
+    manifest = Manifest(stage.name, ctx.run, round_, key, stage.version, started_at=time.time())
+    result = stage.compute(ctx, round_, key)
+    for name, rows in result.artifacts.items():
+        manifest.artifacts[name] = ctx.store.write(round_, stage.name, name, rows)
+    manifest.outputs = result.outputs
+    ctx.store.write_manifest(manifest.finish())
+    return StageRecord(manifest, cached=False)

@@ -1,0 +1,73 @@
+"""Stage manifests and cache keys.
+
+A stage run writes its artifacts, then `_manifest.json` last (atomically). The manifest holds the stage's
+cache key: a hash of the stage name, its code version, the config section it reads, the content hashes
+of its inputs and the policy version it generated with. A later run of the same stage with the same key
+is skipped; any change recomputes it, and through the changed hashes of its outputs, its dependents.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envs.base import content_hash
+from storage.parquet import write_text_atomic
+
+
+def cache_key(stage: str, code_version: int, config: Any, inputs: dict[str, str]) -> str:
+    """Key of a stage run; `inputs` maps input names to content hashes (or policy version ids)."""
+    return content_hash(
+        {"stage": stage, "code_version": code_version, "config": config, "inputs": inputs}, length=24
+    )
+
+
+@dataclass(frozen=True)
+class ArtifactRef:
+    """A written artifact: what a Prefect task hands to the next one (never the frame itself)."""
+
+    name: str
+    path: str
+    rows: int
+    sha256: str
+    schema_version: int
+
+
+@dataclass
+class Manifest:
+    stage: str
+    run: str
+    round: int
+    key: str
+    code_version: int
+    artifacts: dict[str, ArtifactRef] = field(default_factory=dict)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    """Small JSON results of the stage (metrics, the policy version it produced, ...)."""
+    started_at: float = 0.0
+    seconds: float = 0.0
+
+    def write(self, path: Path) -> None:
+        write_text_atomic(json.dumps(asdict(self), indent=2, sort_keys=True), path)
+
+    @classmethod
+    def read(cls, path: Path) -> Manifest | None:
+        """The manifest at `path`, or None if absent or unreadable (a stage killed mid-write)."""
+        try:
+            data = json.loads(path.read_text())
+            data["artifacts"] = {k: ArtifactRef(**v) for k, v in data.get("artifacts", {}).items()}
+            return cls(**data)
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def content_hash(self) -> str:
+        """Hash of everything the stage produced; downstream cache keys use it."""
+        return content_hash(
+            {"artifacts": {k: a.sha256 for k, a in sorted(self.artifacts.items())}, "outputs": self.outputs}
+        )
+
+    def finish(self) -> Manifest:
+        self.seconds = round(time.time() - self.started_at, 3)
+        return self

@@ -1,0 +1,76 @@
+"""Read and write the artifacts of one run, stage by stage.
+
+    store = RunStore(RunLayout(Path("runs"), "demo"))
+    ref = store.write(round_=0, stage="rollout", artifact="trajectories", rows=[...])
+    table = store.read(0, "rollout", "trajectories")
+
+A stage's artifacts are valid only once its manifest exists and lists them with matching hashes; readers
+go through the manifest, so a stage killed half-way is invisible and simply runs again.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from storage.layout import RunLayout
+from storage.manifest import ArtifactRef, Manifest
+from storage.parquet import ArtifactError, read_table, to_table, write_table
+from storage.schemas import schema_for, schema_version
+
+
+@dataclass(frozen=True)
+class RunStore:
+    layout: RunLayout
+
+    @property
+    def run(self) -> str:
+        return self.layout.run
+
+    def rebuild_hint(self, round_: int, stage: str) -> str:
+        return (
+            f"Stage '{stage}' of round {round_} writes it: re-run it with "
+            f"`coevolve stage {stage} --run {self.run} --round {round_} --force`."
+        )
+
+    def write(self, round_: int, stage: str, artifact: str, rows: list[dict[str, Any]] | pa.Table) -> ArtifactRef:
+        """Write one artifact (rows get `run`/`round` filled in) atomically; returns its reference."""
+        schema = schema_for(artifact)
+        if isinstance(rows, pa.Table):
+            table = rows.select(schema.names).cast(schema)
+        else:
+            table = to_table([{**row, "run": self.run, "round": round_} for row in rows], schema)
+        path = self.layout.artifact_path(round_, stage, artifact)
+        sha = write_table(table, path)
+        return ArtifactRef(artifact, str(path), table.num_rows, sha, schema_version(schema))
+
+    def manifest(self, round_: int, stage: str) -> Manifest | None:
+        return Manifest.read(self.layout.manifest_path(round_, stage))
+
+    def completed(self, round_: int, stage: str) -> Manifest:
+        """The manifest of a completed stage run, or an error saying which command produces it."""
+        manifest = self.manifest(round_, stage)
+        if manifest is None:
+            raise ArtifactError(
+                f"stage '{stage}' of round {round_} in run '{self.run}' has not completed "
+                f"({self.layout.manifest_path(round_, stage)} missing). {self.rebuild_hint(round_, stage)}"
+            )
+        return manifest
+
+    def read(self, round_: int, stage: str, artifact: str) -> pa.Table:
+        manifest = self.completed(round_, stage)
+        if artifact not in manifest.artifacts:
+            raise ArtifactError(f"stage '{stage}' of round {round_} wrote no '{artifact}' artifact")
+        hint = self.rebuild_hint(round_, stage)
+        return read_table(self.layout.artifact_path(round_, stage, artifact), schema_for(artifact), rebuild_hint=hint)
+
+    def invalidate(self, round_: int, stage: str) -> None:
+        """Forget a stage run (manifest first, so a crash half-way leaves it invalid, then its files)."""
+        self.layout.manifest_path(round_, stage).unlink(missing_ok=True)
+        shutil.rmtree(self.layout.stage_dir(round_, stage), ignore_errors=True)
+
+    def write_manifest(self, manifest: Manifest) -> None:
+        manifest.write(self.layout.manifest_path(manifest.round, manifest.stage))

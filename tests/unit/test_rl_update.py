@@ -1,0 +1,264 @@
+"""The GRPO update on a tiny random Llama: batching, log-probs, parameter updates, checkpoints."""
+
+import copy
+
+import pytest
+import torch
+import transformers
+
+from rl.batch import SampleBatch, micro_batches
+from rl.checkpoint import load_checkpoint, load_optimizer_state, save_checkpoint
+from rl.logprobs import token_logprobs
+from rl.update import UpdateHyperparams, grpo_update, make_optimizer, progress_total
+
+VOCAB = 128
+
+
+def tiny_llama(seed: int = 0) -> transformers.LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+    )  # fmt: skip
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def make_batch(rewards: list[float], group_size: int = 4, seed: int = 0) -> SampleBatch:
+    """Rows of 6..13 tokens: a 3-token prompt, then policy tokens with a 2-token tool output inside."""
+    g = torch.Generator().manual_seed(seed)
+    ids, masks = [], []
+    for _ in rewards:
+        n = int(torch.randint(6, 14, (1,), generator=g))
+        ids.append(torch.randint(0, VOCAB, (n,), generator=g).tolist())
+        mask = [0, 0, 0] + [1] * (n - 3)
+        mask[4:6] = [0, 0]
+        masks.append(mask)
+    groups = [i // group_size for i in range(len(rewards))]
+    return SampleBatch(input_ids=ids, loss_mask=masks, rewards=rewards, group_ids=groups)
+
+
+def params(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+class GradRecorder(torch.optim.SGD):
+    """An optimizer that records the gradients it is asked to apply and applies nothing."""
+
+    def __init__(self, model):
+        self.names = [n for n, _ in model.named_parameters()]
+        super().__init__(model.parameters(), lr=0.0)
+        self.grads: list[dict[str, torch.Tensor]] = []
+
+    def step(self, closure=None):
+        ps = self.param_groups[0]["params"]
+        self.grads.append(
+            {n: p.grad.clone() for n, p in zip(self.names, ps, strict=True) if p.grad is not None}
+        )
+
+
+SIGNAL = [1.0, 0.0, 0.0, 1.0, 0.0, 0.5, 1.0, 0.0]  # two groups of four, both with variance
+
+# ---------------------------------------------------------------- batch
+
+
+def test_sample_batch_pads_right_and_validates():
+    batch = SampleBatch([[5, 6, 7], [8, 9]], [[0, 1, 1], [0, 1]], [1.0, 0.0], [0, 0])
+    padded = batch.pad([1, 0], pad_token_id=3)
+    assert padded.input_ids.tolist() == [[8, 9, 3], [5, 6, 7]]
+    assert padded.attention_mask.tolist() == [[1, 1, 0], [1, 1, 1]]
+    assert padded.loss_mask.tolist() == [[0, 1, 0], [0, 1, 1]]
+    assert batch.policy_tokens([0, 1]) == 3
+    with pytest.raises(ValueError, match="row 0"):
+        SampleBatch([[1, 2]], [[0]], [0.0], [0])
+    with pytest.raises(ValueError, match="loss_mask\\[0\\]"):
+        SampleBatch([[1, 2]], [[1, 1]], [0.0], [0])
+    with pytest.raises(ValueError, match="one entry per row"):
+        SampleBatch([[1, 2]], [[0, 1]], [0.0, 1.0], [0])
+
+
+def test_micro_batches_sorted_by_length_and_bounded():
+    lengths = [3, 9, 5, 7, 1]
+    assert micro_batches(lengths, [0, 1, 2, 3, 4], 2) == [[1, 3], [2, 0], [4]]
+    assert micro_batches(lengths, [4, 0], 8) == [[0, 4]]
+
+
+# ---------------------------------------------------------------- log-probs
+
+
+def test_token_logprobs_matches_log_softmax_and_ignores_padding():
+    model = tiny_llama()
+    ids = torch.randint(0, VOCAB, (2, 9), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = 0
+    with torch.no_grad():
+        got = token_logprobs(model, ids, mask, temperature=0.7)
+        logits = model(input_ids=ids, attention_mask=mask).logits / 0.7
+        direct = torch.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+        alone = token_logprobs(model, ids[1:, :5], mask[1:, :5], temperature=0.7)
+    assert torch.equal(got[:, 0], torch.zeros(2))
+    torch.testing.assert_close(got[0, 1:], direct[0], rtol=0, atol=1e-5)
+    torch.testing.assert_close(got[1, 1:5], direct[1, :4], rtol=0, atol=1e-5)
+    assert torch.equal(got[1, 5:], torch.zeros(4))
+    torch.testing.assert_close(got[1, :5], alone[0], rtol=0, atol=1e-5)
+
+
+# ---------------------------------------------------------------- grpo_update
+
+
+def test_update_with_signal_changes_parameters():
+    model = tiny_llama()
+    before = params(model)
+    batch = make_batch(SIGNAL)
+    calls = []
+    hp = UpdateHyperparams(lr=1e-2, micro_batch_size=3)
+    result = grpo_update(model, None, make_optimizer(model, hp.lr), batch, hp, progress=calls.append)
+    after = params(model)
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert result.optimizer_steps == 1 and result.groups == 2 and result.groups_with_signal == 2
+    assert result.samples == result.trained_samples == 8
+    assert result.tokens == batch.policy_tokens(range(8))
+    assert result.grad_norm > 0 and result.lr == pytest.approx(1e-2)
+    assert result.ratio_mean == pytest.approx(1.0, abs=1e-5)  # old log-probs recomputed: ratio 1
+    assert result.clip_fraction == 0.0
+    assert sum(calls) == progress_total(batch, hp) == 8 and len(calls) == 3
+    assert not model.training  # mode restored
+
+
+def test_update_without_signal_does_nothing():
+    model = tiny_llama()
+    before = params(model)
+    optimizer = make_optimizer(model, 1e-2, weight_decay=0.1)
+    result = grpo_update(
+        model, None, optimizer, make_batch([1.0] * 4 + [0.0] * 4), UpdateHyperparams(lr=1e-2)
+    )
+    after = params(model)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert result.optimizer_steps == 0 and result.tokens == 0 and result.trained_samples == 0
+    assert result.groups_with_signal == 0 and result.grad_norm == 0.0 and result.loss == 0.0
+    assert all(p.grad is None for p in model.parameters())
+
+
+def test_zero_advantage_rows_are_dropped_when_beta_is_zero():
+    model = tiny_llama()
+    batch = make_batch([1.0, 0.0, 1.0, 0.0, 0.5, 0.5, 0.5, 0.5])  # second group has no signal
+    result = grpo_update(model, None, GradRecorder(model), batch, UpdateHyperparams(lr=0.0))
+    assert result.trained_samples == 4 and result.groups_with_signal == 1
+    assert result.tokens == batch.policy_tokens(range(4))
+
+
+@pytest.mark.parametrize("mini_batches", [1, 2])
+def test_micro_batch_size_does_not_change_the_gradient(mini_batches):
+    batch = make_batch(SIGNAL)
+    grads = []
+    for mbs in (1, 4):
+        model = tiny_llama()
+        recorder = GradRecorder(model)
+        hp = UpdateHyperparams(lr=0.0, micro_batch_size=mbs, mini_batches=mini_batches, max_grad_norm=None)
+        result = grpo_update(model, None, recorder, batch, hp)
+        assert result.optimizer_steps == mini_batches
+        grads.append(recorder.grads)
+    for g1, g4 in zip(*grads, strict=True):
+        assert g1 and g1.keys() == g4.keys()
+        for name in g1:
+            torch.testing.assert_close(g1[name], g4[name], rtol=0, atol=1e-5)
+
+
+def test_kl_needs_a_reference_and_is_zero_against_a_copy_on_the_first_step():
+    model = tiny_llama()
+    batch = make_batch(SIGNAL)
+    hp = UpdateHyperparams(lr=1e-3, beta=0.05)
+    with pytest.raises(ValueError, match="ref_model"):
+        grpo_update(model, None, make_optimizer(model, hp.lr), batch, hp)
+    ref = copy.deepcopy(model)
+    result = grpo_update(model, ref, make_optimizer(model, hp.lr), batch, hp)
+    assert result.kl == pytest.approx(0.0, abs=1e-6)
+    flat = make_batch([1.0] * 8)  # no signal, but beta > 0 keeps the rows for the KL term
+    assert grpo_update(model, ref, make_optimizer(model, hp.lr), flat, hp).kl > 0
+
+
+def test_several_epochs_move_the_ratio_and_clip():
+    model = tiny_llama()
+    hp = UpdateHyperparams(lr=3e-2, epochs=4, mini_batches=2, clip_low=0.01, clip_high=0.01)
+    result = grpo_update(model, None, make_optimizer(model, hp.lr), make_batch(SIGNAL), hp)
+    assert result.optimizer_steps == 8
+    assert result.clip_fraction > 0
+
+
+def test_peft_model_uses_its_base_as_reference():
+    peft = pytest.importorskip("peft")
+    model = peft.get_peft_model(tiny_llama(), peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    for name, p in model.named_parameters():  # LoRA B starts at 0: give the adapter an effect
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.5)
+    before = params(model)
+    hp = UpdateHyperparams(lr=1e-2, beta=0.1)
+    result = grpo_update(model, None, make_optimizer(model, hp.lr), make_batch(SIGNAL), hp)
+    after = params(model)
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all("lora_" in k for k in changed)
+    assert result.kl > 0
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def tiny_tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {f"t{i}": i for i in range(VOCAB)}
+    raw = Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="t0", pad_token="t1")
+
+
+def test_checkpoint_round_trip_is_exact(tmp_path):
+    model = tiny_llama()
+    hp = UpdateHyperparams(lr=1e-2)
+    optimizer = make_optimizer(model, hp.lr)
+    grpo_update(model, None, optimizer, make_batch(SIGNAL), hp)
+    target = tmp_path / "ckpt" / "round=1"
+    save_checkpoint(tiny_llama(seed=5), None, None, target)  # an older checkpoint to replace
+    save_checkpoint(model, tiny_tokenizer(), optimizer, target)
+    assert sorted(p.name for p in target.parent.iterdir()) == ["round=1"]  # no temp dirs left
+
+    loaded, tokenizer = load_checkpoint(target, dtype=torch.float32)
+    saved = dict(model.state_dict())
+    for name, value in loaded.state_dict().items():
+        assert torch.equal(value, saved[name]), name
+    assert tokenizer("t5 t7")["input_ids"] == [5, 7]
+
+    fresh = make_optimizer(loaded, hp.lr)
+    load_optimizer_state(fresh, target)
+    state = optimizer.state_dict()["state"]
+    for key, value in fresh.state_dict()["state"].items():
+        assert torch.equal(value["exp_avg"], state[key]["exp_avg"])
+
+
+def test_load_checkpoint_names_a_missing_or_incomplete_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        load_checkpoint(tmp_path / "nowhere")
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "config.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match="half.*incomplete"):
+        load_checkpoint(tmp_path / "half")
+    save_checkpoint(tiny_llama(), None, None, tmp_path / "no-opt")
+    with pytest.raises(FileNotFoundError, match="optimizer.pt"):
+        load_optimizer_state(make_optimizer(tiny_llama(), 1e-3), tmp_path / "no-opt")
+
+
+def test_peft_checkpoint_saves_the_adapter_and_reloads_it(tmp_path):
+    peft = pytest.importorskip("peft")
+    tiny_llama().save_pretrained(tmp_path / "base")
+    base = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "base")
+    model = peft.get_peft_model(base, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.5)
+    save_checkpoint(model, None, None, tmp_path / "adapter")
+    assert (tmp_path / "adapter" / "adapter_config.json").is_file()
+    assert not (tmp_path / "adapter" / "model.safetensors").exists()
+    loaded, tokenizer = load_checkpoint(tmp_path / "adapter", dtype=torch.float32)
+    assert isinstance(loaded, peft.PeftModel) and tokenizer is None
+    ids = torch.arange(10)[None]
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).logits, model(ids).logits, rtol=0, atol=1e-6)
