@@ -93,5 +93,9 @@ def coevolve(
     cfg = load_config(config, overrides or [])
     ctx = RunContext.create(cfg, run or cfg.run.name, storage_root(cfg))
     reports = run_rounds(ctx, rounds or cfg.run.rounds)
-    return {"run": ctx.run, "root": str(ctx.store.layout.root), "rounds": len(reports),
-            "last": reports[-1].line() if reports else ""}
+    return {
+        "run": ctx.run,
+        "root": str(ctx.store.layout.root),
+        "rounds": [{name: ("cached" if rec.cached else "computed") for name, rec in rep.stages.items()}
+                   for rep in reports],
+    }

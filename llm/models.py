@@ -60,7 +60,7 @@ def resolve_model(name: str) -> Path:
         return _cached(name, _convert_smollm2)
     if name.startswith("tiny-random-") and name.removeprefix("tiny-random-") in TINY_ARCHS:
         arch = name.removeprefix("tiny-random-")
-        return _cached(name, lambda out: _build_tiny(out, arch=arch, seed=TINY_SEED))
+        return _cached(name, lambda out: build_tiny_random(out, arch=arch, seed=TINY_SEED))
     if name.startswith(("/", ".", "~")) or name.count("/") > 1:  # a path, not an `org/name` hub id
         raise FileNotFoundError(f"model directory {local} does not exist")
     return _download(name)
@@ -138,7 +138,7 @@ def _convert_smollm2(out: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
-def _build_tiny(out: Path, *, arch: str, seed: int) -> None:
+def build_tiny_random(out: Path, *, arch: str, seed: int) -> None:
     """A seeded random `arch` model with SmolLM2's tokenizer, ids and chat template, saved to `out`."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer

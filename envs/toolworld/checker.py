@@ -45,8 +45,13 @@ def answer_found(answer: str, reply: str | None) -> bool:
     return answer.lower() in reply.lower()
 
 
-def build_checker(catalog: ToolCatalog, initial_state: dict[str, Any], turns: Sequence[str],
-                  solution: Sequence[Sequence[ToolCall]], answers: Sequence[Sequence[str]]) -> dict[str, Any]:
+def build_checker(
+    catalog: ToolCatalog,
+    initial_state: dict[str, Any],
+    turns: Sequence[str],
+    solution: Sequence[Sequence[ToolCall]],
+    answers: Sequence[Sequence[str]],
+) -> dict[str, Any]:
     """Replay `solution` on `initial_state`; the spec holds the resulting state and the answers."""
     world = World(initial_state)
     offered = catalog.names(world.loaded)
@@ -58,26 +63,42 @@ def build_checker(catalog: ToolCatalog, initial_state: dict[str, Any], turns: Se
             if not outcome.ok:
                 raise ValueError(f"reference call {call.signature()} failed: {outcome.error}")
             seen.append(outcome.content())
-        missing = [a for a in (answers[turn] if turn < len(answers) else []) if not answer_found(a, "\n".join(seen))]
+        missing = [
+            a for a in (answers[turn] if turn < len(answers) else []) if not answer_found(a, "\n".join(seen))
+        ]
         if missing:
             raise ValueError(f"answers {missing} of turn {turn} appear in no message or tool result")
     return {"final_state": world.state(), "answers": [list(a) for a in answers]}
 
 
-def score(checker: dict[str, Any], final_state: dict[str, Any], replies: Sequence[str | None],
-          any_call_ok: bool) -> Evaluation:
+def score(
+    checker: dict[str, Any], final_state: dict[str, Any], replies: Sequence[str | None], any_call_ok: bool
+) -> Evaluation:
     """Success iff the final state equals the expected one and every answer is in its turn's reply."""
     expected = checker["final_state"]
-    apps = {app: expected.get(app) == final_state.get(app) for app in sorted(set(expected) | set(final_state))}
-    answers = [{"turn": turn, "value": value,
-                "found": answer_found(value, replies[turn] if turn < len(replies) else None)}
-               for turn, values in enumerate(checker.get("answers") or []) for value in values]
+    apps = {
+        app: expected.get(app) == final_state.get(app) for app in sorted(set(expected) | set(final_state))
+    }
+    answers = [
+        {
+            "turn": turn,
+            "value": value,
+            "found": answer_found(value, replies[turn] if turn < len(replies) else None),
+        }
+        for turn, values in enumerate(checker.get("answers") or [])
+        for value in values
+    ]
     passed = sum(apps.values()) + sum(a["found"] for a in answers)
     total = len(apps) + len(answers)
     success = passed == total
     partial = 0.4 * passed / max(total, 1) + (0.05 if any_call_ok else 0.0)
-    details = {"state_match": all(apps.values()), "apps": apps, "answers": answers, "checks_passed": passed,
-               "checks_total": total, "tool_call_ok": any_call_ok,
-               "mismatched_apps": [app for app, ok in apps.items() if not ok]}
+    details = {
+        "state_match": all(apps.values()),
+        "apps": apps,
+        "answers": answers,
+        "checks_passed": passed,
+        "checks_total": total,
+        "tool_call_ok": any_call_ok,
+        "mismatched_apps": [app for app, ok in apps.items() if not ok],
+    }
     return Evaluation(reward=1.0 if success else round(partial, 4), success=success, details=details)
-

@@ -40,13 +40,22 @@ def make_task(catalog: ToolCatalog, template: Template, rng: random.Random, spli
     checker = build_checker(catalog, draft.initial_state, draft.turns, draft.solution, draft.answers)
     if checker["final_state"] == World(draft.initial_state).state() and not any(draft.answers):
         raise ValueError(f"template {template.name} drew a task that doing nothing would solve")
-    return Task(id=Task.make_id(ENV_NAME, draft.initial_state, draft.turns, checker), env=ENV_NAME, split=split,
-                family=template.name, initial_state=draft.initial_state, turns=draft.turns,
-                solution=draft.solution, checker=checker, source="benchmark")
+    return Task(
+        id=Task.make_id(ENV_NAME, draft.initial_state, draft.turns, checker),
+        env=ENV_NAME,
+        split=split,
+        family=template.name,
+        initial_state=draft.initial_state,
+        turns=draft.turns,
+        solution=draft.solution,
+        checker=checker,
+        source="benchmark",
+    )
 
 
-def generate_split(catalog: ToolCatalog, seed: int, split: str, n: int,
-                   exclude_ids: Collection[str] = ()) -> list[Task]:
+def generate_split(
+    catalog: ToolCatalog, seed: int, split: str, n: int, exclude_ids: Collection[str] = ()
+) -> list[Task]:
     """`n` distinct tasks of `split` (fewer only if the families cannot yield that many new ids)."""
     families: Sequence[Template] = templates_of(split)
     seen, tasks = set(exclude_ids), []

@@ -35,9 +35,9 @@ class Template:
     build: Callable[[random.Random], Draft]
 
 
-def call(name: str, **arguments: Any) -> ToolCall:
-    """A reference tool call."""
-    return ToolCall(name=name, arguments=arguments)
+def call(tool: str, /, **arguments: Any) -> ToolCall:
+    """A reference tool call (`tool` is positional-only, so a tool may take an argument called `name`)."""
+    return ToolCall(name=tool, arguments=arguments)
 
 
 def phrase(rng: random.Random, options: tuple[str, ...], **values: Any) -> str:

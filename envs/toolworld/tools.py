@@ -25,8 +25,9 @@ from envs.toolworld.apps.base import MAX_TEXT_CHARS, shown
 
 JSON_TYPES = MappingProxyType({str: "string", int: "integer", float: "number", bool: "boolean"})
 MAX_INTEGER = 10**9
-_JSON_NAMES = MappingProxyType({bool: "boolean", str: "string", int: "integer", float: "number",
-                                list: "array", dict: "object"})
+_JSON_NAMES = MappingProxyType(
+    {bool: "boolean", str: "string", int: "integer", float: "number", list: "array", dict: "object"}
+)
 
 
 @dataclass(frozen=True)
@@ -52,14 +53,21 @@ class ToolSpec:
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-calling schema of the tool."""
         properties = {p.name: {"type": p.json_type, "description": p.description} for p in self.params}
-        parameters = {"type": "object", "properties": properties,
-                      "required": [p.name for p in self.params if p.required]}
-        return {"type": "function",
-                "function": {"name": self.name, "description": self.description, "parameters": parameters}}
+        parameters = {
+            "type": "object",
+            "properties": properties,
+            "required": [p.name for p in self.params if p.required],
+        }
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": parameters},
+        }
 
     def usage(self) -> str:
         """A one-line reminder of the signature, e.g. `get_balance(account_id: string)`."""
-        args = ", ".join(f"{p.name}: {p.json_type}" + ("" if p.required else " (optional)") for p in self.params)
+        args = ", ".join(
+            f"{p.name}: {p.json_type}" + ("" if p.required else " (optional)") for p in self.params
+        )
         return f"{self.name}({args})"
 
 
@@ -106,10 +114,13 @@ def spec_of(app_cls: type[App], method_name: str) -> ToolSpec:
     for param in list(inspect.signature(function).parameters.values())[1:]:
         json_type = JSON_TYPES.get(hints.get(param.name))
         if json_type is None or param.name not in described:
-            raise TypeError(f"{app_cls.__name__}.{method_name}: argument {param.name!r} needs a simple "
-                            "type annotation and an Args: line")
-        params.append(Param(param.name, json_type, param.default is inspect.Parameter.empty,
-                            described[param.name]))
+            raise TypeError(
+                f"{app_cls.__name__}.{method_name}: argument {param.name!r} needs a simple "
+                "type annotation and an Args: line"
+            )
+        params.append(
+            Param(param.name, json_type, param.default is inspect.Parameter.empty, described[param.name])
+        )
     if not description:
         raise TypeError(f"{app_cls.__name__}.{method_name} needs a docstring")
     return ToolSpec(method_name, app_cls.name, function, description, tuple(params))
@@ -120,7 +131,11 @@ def type_error(value: Any, json_type: str) -> str | None:
     if json_type == "string":
         if not isinstance(value, str):
             return f"must be a string, got {json_type_name(value)}"
-        return None if len(value) <= MAX_TEXT_CHARS else f"is too long ({len(value)} > {MAX_TEXT_CHARS} characters)"
+        return (
+            None
+            if len(value) <= MAX_TEXT_CHARS
+            else f"is too long ({len(value)} > {MAX_TEXT_CHARS} characters)"
+        )
     if json_type == "boolean":
         return None if isinstance(value, bool) else f"must be true or false, got {json_type_name(value)}"
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -180,13 +195,16 @@ class ToolCatalog:
         """Run `call` against `apps` if it names an offered tool; never raises for any call content."""
         spec = self._specs.get(call.name) if call.name in offered else None
         if spec is None:
-            return CallOutcome(call.name, call.arguments, False,
-                               error=f"unknown tool {shown(call.name)}; available: {', '.join(offered)}")
+            return _failure(call, f"unknown tool {shown(call.name)}; available: {', '.join(offered)}")
         try:
             result = spec.function(apps[spec.app], **checked_arguments(spec, call.arguments))
-            result = json.loads(json.dumps(result))  # a detached, JSON-only copy: results never alias state
+            result = json.loads(json.dumps(result))  # a detached, JSON-only copy: never aliases state
         except ToolError as exc:
-            return CallOutcome(call.name, call.arguments, False, error=str(exc))
-        except Exception as exc:  # noqa: BLE001 - a broken tool or odd task state is an observation, not a crash
-            return CallOutcome(call.name, call.arguments, False, error=f"{spec.name} failed ({type(exc).__name__})")
+            return _failure(call, str(exc))
+        except Exception as exc:  # noqa: BLE001 - a broken tool or odd task state is data, not a crash
+            return _failure(call, f"{spec.name} failed ({type(exc).__name__})")
         return CallOutcome(call.name, call.arguments, True, result=result)
+
+
+def _failure(call: ToolCall, error: str) -> CallOutcome:
+    return CallOutcome(call.name, call.arguments, False, error=error)

@@ -29,5 +29,8 @@ class World:
 
     def state(self) -> dict[str, Any]:
         """App name -> state for the loaded apps and every app that is no longer empty."""
-        return {name: copy.deepcopy(app.state) for name, app in self.apps.items()
-                if name in self.loaded or app.state != app.empty_state()}
+        return {
+            name: copy.deepcopy(app.state)
+            for name, app in self.apps.items()
+            if name in self.loaded or app.state != app.empty_state()
+        }

@@ -36,7 +36,11 @@ class BankApp(App):
             account = self._account(target)
             account["balance"] = add_money(account["balance"], amount)
         move_id = next_id("T", self.state["transfers"])
-        self.state["transfers"][move_id] = {"from": source or "cash", "to": target or "cash", "amount": amount}
+        self.state["transfers"][move_id] = {
+            "from": source or "cash",
+            "to": target or "cash",
+            "amount": amount,
+        }
         return move_id
 
     def list_accounts(self) -> list[dict[str, Any]]:
@@ -64,8 +68,11 @@ class BankApp(App):
         for account_id in (from_account, to_account):
             self._account(account_id)
         transfer_id = self._move(from_account, to_account, amount)
-        return {"transfer_id": transfer_id, "from_balance": self._account(from_account)["balance"],
-                "to_balance": self._account(to_account)["balance"]}
+        return {
+            "transfer_id": transfer_id,
+            "from_balance": self._account(from_account)["balance"],
+            "to_balance": self._account(to_account)["balance"],
+        }
 
     def deposit(self, account_id: str, amount: float) -> dict[str, Any]:
         """Put money into an account.
@@ -93,5 +100,8 @@ class BankApp(App):
         Args:
             account_id: Only list movements from or to this account; empty lists all.
         """
-        return [{"transfer_id": tid, **move} for tid, move in sorted(self.state["transfers"].items())
-                if not account_id or account_id in (move["from"], move["to"])]
+        return [
+            {"transfer_id": tid, **move}
+            for tid, move in sorted(self.state["transfers"].items())
+            if not account_id or account_id in (move["from"], move["to"])
+        ]

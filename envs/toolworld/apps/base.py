@@ -91,8 +91,11 @@ def check_time(text: str) -> str:
 
 def next_id(prefix: str, existing: Iterable[str]) -> str:
     """`prefix-N` with N one above the largest numeric suffix among `existing` ids of that prefix."""
-    numbers = [int(key.rpartition("-")[2]) for key in existing
-               if key.startswith(prefix + "-") and key.rpartition("-")[2].isdigit()]
+    numbers = [
+        int(key.rpartition("-")[2])
+        for key in existing
+        if key.startswith(prefix + "-") and key.rpartition("-")[2].isdigit()
+    ]
     return f"{prefix}-{max(numbers, default=0) + 1}"
 
 

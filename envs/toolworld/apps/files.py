@@ -19,8 +19,15 @@ class FilesApp(App):
     """Text files by path."""
 
     name = "files"
-    TOOLS = ("list_files", "read_file", "write_file", "append_to_file", "delete_file", "move_file",
-             "search_files")
+    TOOLS = (
+        "list_files",
+        "read_file",
+        "write_file",
+        "append_to_file",
+        "delete_file",
+        "move_file",
+        "search_files",
+    )
 
     @classmethod
     def empty_state(cls) -> dict[str, Any]:

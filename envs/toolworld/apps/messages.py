@@ -19,8 +19,15 @@ class MessagesApp(App):
     """Contacts, inbox (id -> {from, text}) and outbox (id -> {to, text})."""
 
     name = "messages"
-    TOOLS = ("list_contacts", "get_contact", "add_contact", "send_message", "list_inbox", "read_message",
-             "delete_message")
+    TOOLS = (
+        "list_contacts",
+        "get_contact",
+        "add_contact",
+        "send_message",
+        "list_inbox",
+        "read_message",
+        "delete_message",
+    )
 
     @classmethod
     def empty_state(cls) -> dict[str, Any]:
@@ -81,9 +88,11 @@ class MessagesApp(App):
             sender: Only list messages from this contact; empty lists all.
         """
         wanted = sender.strip().lower()
-        return [{"message_id": mid, "from": msg["from"], "preview": preview(msg["text"])}
-                for mid, msg in sorted(self.state["inbox"].items())
-                if not wanted or msg["from"].lower() == wanted]
+        return [
+            {"message_id": mid, "from": msg["from"], "preview": preview(msg["text"])}
+            for mid, msg in sorted(self.state["inbox"].items())
+            if not wanted or msg["from"].lower() == wanted
+        ]
 
     def read_message(self, message_id: str) -> dict[str, Any]:
         """Read the full text of a received message.

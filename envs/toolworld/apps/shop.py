@@ -22,8 +22,16 @@ class ShopApp(App):
     """Catalog: id -> {name, price, stock}; cart: id -> quantity; orders: id -> {items, total, status}."""
 
     name = "shop"
-    TOOLS = ("search_products", "get_product", "add_to_cart", "remove_from_cart", "view_cart", "checkout",
-             "get_order", "cancel_order")
+    TOOLS = (
+        "search_products",
+        "get_product",
+        "add_to_cart",
+        "remove_from_cart",
+        "view_cart",
+        "checkout",
+        "get_order",
+        "cancel_order",
+    )
 
     @classmethod
     def empty_state(cls) -> dict[str, Any]:
@@ -36,8 +44,11 @@ class ShopApp(App):
             query: Text to look for in product names, e.g. "lamp".
         """
         needle = check_text(query, "query").lower()
-        return [{"product_id": pid, **product} for pid, product in sorted(self.state["catalog"].items())
-                if needle in product["name"].lower()]
+        return [
+            {"product_id": pid, **product}
+            for pid, product in sorted(self.state["catalog"].items())
+            if needle in product["name"].lower()
+        ]
 
     def get_product(self, product_id: str) -> dict[str, Any]:
         """Show a product's name, price and stock.
@@ -76,8 +87,10 @@ class ShopApp(App):
     def view_cart(self) -> dict[str, Any]:
         """Show the items in the cart and the cart total."""
         catalog, cart = self.state["catalog"], self.state["cart"]
-        items = [{"product_id": pid, "name": catalog[pid]["name"], "price": catalog[pid]["price"],
-                  "quantity": qty} for pid, qty in sorted(cart.items())]
+        items = [
+            {"product_id": pid, "name": catalog[pid]["name"], "price": catalog[pid]["price"], "quantity": qty}
+            for pid, qty in sorted(cart.items())
+        ]
         return {"items": items, "total": order_total(catalog, cart)}
 
     def checkout(self) -> dict[str, Any]:

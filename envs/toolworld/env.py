@@ -1,0 +1,244 @@
+"""`ToolWorldEnv`: the built-in offline tool world (files, messages, calendar, shop, bank).
+
+    import envs
+    env = envs.make("toolworld", seed=0)          # n_train=200, n_test=48, n_heldout=48, ...
+    task = env.tasks("train")[0]
+    obs = env.reset(task)                        # first user turn + tool schemas
+    step = env.step('<tool_call>{"name": "get_balance", "arguments": {"account_id": "SAV-2"}}</tool_call>')
+    step = env.step("The balance is 1520.00.")   # no tool syntax: the final answer of the turn
+    print(env.evaluate())
+
+A reply with tool calls (or tool-call parse errors) is executed call by call and answered with one `tool`
+message each; a reply without tool syntax ends the user turn. A turn that has used `max_steps_per_turn`
+tool-calling steps ends (with no answer) on the next one, whose calls are not run. Splits are generated
+on first use and cached on the instance; each instance runs one episode at a time.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from envs.base import Action, Evaluation, Observation, StepResult, Task, ToolCall, content_hash
+from envs.toolworld.checker import build_checker, score
+from envs.toolworld.demonstrations import demonstrations
+from envs.toolworld.tasks import SPLITS, generate_split, templates_of
+from envs.toolworld.tools import ToolCatalog
+from envs.toolworld.world import World
+from llm.toolcalls import MAX_CALLS, ParsedReply, parse_tool_calls
+
+TOOL_MODES = ("involved", "all")
+
+
+@dataclass
+class _Episode:
+    """The mutable state of the episode in progress."""
+
+    task: Task
+    world: World
+    offered: tuple[str, ...]
+    checker: dict[str, Any]
+    replies: list[str | None]
+    turn: int = 0
+    steps_in_turn: int = 0
+    any_call_ok: bool = False
+    done: bool = False
+
+
+def read_action(action: Any) -> ParsedReply:
+    """Calls, parse errors and plain text of an action (reply text or a list of calls); never raises."""
+    if isinstance(action, str):
+        return parse_tool_calls(action)
+    if not isinstance(action, list | tuple):
+        return ParsedReply(
+            errors=[f"action must be reply text or a list of tool calls, got {type(action).__name__}"]
+        )
+    parsed = ParsedReply()
+    for item in action[:MAX_CALLS]:
+        call, error = _as_call(item)
+        if call is None:
+            parsed.errors.append(error)
+        else:
+            parsed.calls.append(call)
+    if len(action) > MAX_CALLS:
+        parsed.errors.append(f"more than {MAX_CALLS} tool calls in one reply")
+    return parsed
+
+
+def _as_call(item: Any) -> tuple[ToolCall | None, str]:
+    """One call given as a ToolCall, a {name, arguments} dict or an OpenAI {function: {...}} dict."""
+    if isinstance(item, ToolCall):
+        return item, ""
+    if isinstance(item, dict) and isinstance(item.get("function"), dict):
+        item = item["function"]
+    if not isinstance(item, dict):
+        return None, f"a tool call must be an object with name and arguments, got {type(item).__name__}"
+    arguments = item.get("arguments", {})
+    if isinstance(arguments, str):  # OpenAI-style JSON-encoded arguments
+        try:
+            arguments = json.loads(arguments)
+        except (ValueError, RecursionError):
+            return None, "arguments are not a JSON object"
+    try:
+        return ToolCall.model_validate({"name": item.get("name"), "arguments": arguments}), ""
+    except ValueError as exc:
+        return None, f"invalid tool call: {str(exc).splitlines()[0][:120]}"
+
+
+class ToolWorldEnv:
+    """One tool-world episode at a time; tasks and tool docs are generated per instance."""
+
+    name = "toolworld"
+
+    def __init__(
+        self,
+        seed: int = 0,
+        n_train: int = 200,
+        n_test: int = 48,
+        n_heldout: int = 48,
+        max_steps_per_turn: int = 6,
+        tools: str = "involved",
+    ) -> None:
+        if tools not in TOOL_MODES:
+            raise ValueError(f"tools must be one of {TOOL_MODES}, got {tools!r}")
+        if max_steps_per_turn < 1 or min(n_train, n_test, n_heldout) < 0:
+            raise ValueError("max_steps_per_turn must be >= 1 and split sizes >= 0")
+        self.seed, self.max_steps_per_turn, self.tool_mode = seed, max_steps_per_turn, tools
+        self._sizes = {"train": n_train, "test": n_test, "heldout-templates": n_heldout}
+        self._catalog = ToolCatalog()
+        self._splits: dict[str, list[Task]] = {}
+        self._episode: _Episode | None = None
+
+    # -- tasks -------------------------------------------------------------------------------------
+
+    def splits(self) -> list[str]:
+        return list(SPLITS)
+
+    def tasks(self, split: str) -> list[Task]:
+        """The tasks of `split`, generated on first use (test excludes every train task id)."""
+        if split not in self._splits:
+            templates_of(split)  # validates the name
+            exclude = {task.id for task in self.tasks("train")} if split == "test" else set()
+            self._splits[split] = generate_split(self._catalog, self.seed, split, self._sizes[split], exclude)
+        return list(self._splits[split])
+
+    def tool_schemas(self, task: Task) -> list[dict[str, Any]]:
+        """The schemas offered for `task` (its apps' tools, or every tool with tools="all")."""
+        return self._catalog.schemas(self._offered(World(task.initial_state)))
+
+    def demonstrations(self) -> list[dict[str, str]]:
+        """Two fixed example exchanges (8 chat messages) showing the tool-call format."""
+        return demonstrations(self._catalog)
+
+    # -- episode -----------------------------------------------------------------------------------
+
+    def reset(self, task: Task, *, seed: int = 0) -> Observation:
+        """Start an episode of `task` (the world is deterministic, so `seed` changes nothing)."""
+        if not task.turns:
+            raise ValueError(f"task {task.id} has no user turns")
+        world = World(task.initial_state)
+        offered = self._offered(world)
+        self._episode = _Episode(task, world, offered, self._checker_of(task), [None] * len(task.turns))
+        return Observation(
+            messages=[{"role": "user", "content": task.turns[0]}], tools=self._catalog.schemas(offered)
+        )
+
+    def step(self, action: Action) -> StepResult:
+        """Run the tool calls of `action`, or take it as the turn's final answer; never raises on content."""
+        episode = self._require_episode()
+        if episode.done:
+            return StepResult(
+                messages=[],
+                done=True,
+                turn_ended=False,
+                info={"calls": [], "parse_errors": [], "turn": episode.turn, "episode_over": True},
+            )
+        parsed = read_action(action)
+        info: dict[str, Any] = {"calls": [], "parse_errors": list(parsed.errors), "turn": episode.turn}
+        if not parsed.has_tool_syntax:
+            return self._end_turn(episode, parsed.content, info)
+        episode.steps_in_turn += 1
+        if episode.steps_in_turn > self.max_steps_per_turn:
+            return self._end_turn(episode, None, {**info, "step_limit": True})
+        messages = []
+        for call in parsed.calls:
+            outcome = self._catalog.call(episode.world.apps, call, episode.offered)
+            episode.any_call_ok |= outcome.ok
+            info["calls"].append(outcome.record())
+            messages.append({"role": "tool", "content": outcome.content()})
+        messages += [
+            {"role": "tool", "content": f"could not parse tool call: {error}"} for error in parsed.errors
+        ]
+        return StepResult(messages=messages, done=False, turn_ended=False, info=info)
+
+    def evaluate(self) -> Evaluation:
+        """Score the episode so far (unanswered turns count as missing answers)."""
+        episode = self._require_episode()
+        return score(episode.checker, episode.world.state(), episode.replies, episode.any_call_ok)
+
+    def close(self) -> None:
+        self._episode = None
+
+    # -- state -------------------------------------------------------------------------------------
+
+    def state_digest(self) -> str:
+        """Content hash of the current world state."""
+        return content_hash(self._require_episode().world.state())
+
+    def snapshot(self) -> dict[str, Any]:
+        """A JSON-able copy of the episode (task, world state, turn progress) for `restore`."""
+        episode = self._require_episode()
+        return {
+            "task": episode.task.model_dump(mode="json"),
+            "state": episode.world.state(),
+            "turn": episode.turn,
+            "steps_in_turn": episode.steps_in_turn,
+            "replies": list(episode.replies),
+            "any_call_ok": episode.any_call_ok,
+            "done": episode.done,
+        }
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Continue the episode saved by `snapshot` (on this or another instance)."""
+        task = Task.model_validate(snapshot["task"])
+        self.reset(task)
+        episode = self._require_episode()
+        episode.world = World(snapshot["state"], loaded=frozenset(task.initial_state))
+        episode.turn, episode.steps_in_turn = snapshot["turn"], snapshot["steps_in_turn"]
+        episode.replies, episode.any_call_ok = list(snapshot["replies"]), snapshot["any_call_ok"]
+        episode.done = snapshot["done"]
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _require_episode(self) -> _Episode:
+        if self._episode is None:
+            raise RuntimeError("no episode in progress: call reset(task) first")
+        return self._episode
+
+    def _offered(self, world: World) -> tuple[str, ...]:
+        return tuple(self._catalog.names(None if self.tool_mode == "all" else world.loaded))
+
+    def _checker_of(self, task: Task) -> dict[str, Any]:
+        """The task's checker spec; computed from the reference solution when it has no final state."""
+        if "final_state" in task.checker:
+            return task.checker
+        if task.solution is None:
+            raise ValueError(f"task {task.id} has neither checker.final_state nor a solution")
+        answers = task.checker.get("answers") or [[] for _ in task.turns]
+        return build_checker(self._catalog, task.initial_state, task.turns, task.solution, answers)
+
+    def _end_turn(self, episode: _Episode, answer: str | None, info: dict[str, Any]) -> StepResult:
+        """Record the turn's final answer and move to the next user turn, or end the episode."""
+        episode.replies[episode.turn] = answer
+        episode.turn += 1
+        episode.steps_in_turn = 0
+        if episode.turn < len(episode.task.turns):
+            return StepResult(
+                messages=[{"role": "user", "content": episode.task.turns[episode.turn]}],
+                done=False,
+                turn_ended=True,
+                info=info,
+            )
+        episode.done = True
+        return StepResult(messages=[], done=True, turn_ended=True, info=info)
