@@ -183,6 +183,8 @@ def _assistant_content(message: dict) -> str:
 
 
 def _is_single_token(tokenizer: Any, token_id: Any, text: str) -> bool:
-    return isinstance(token_id, int) and token_id != tokenizer.unk_token_id and (
-        tokenizer(text, add_special_tokens=False)["input_ids"] == [token_id]
+    return (
+        isinstance(token_id, int)
+        and token_id != tokenizer.unk_token_id
+        and (tokenizer(text, add_special_tokens=False)["input_ids"] == [token_id])
     )

@@ -35,7 +35,9 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         if not self.greedy and not self.temperature > 0:
-            raise ValueError(f"temperature must be > 0 when sampling (got {self.temperature}); use greedy=True")
+            raise ValueError(
+                f"temperature must be > 0 when sampling (got {self.temperature}); use greedy=True"
+            )
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.max_new_tokens < 1:

@@ -168,8 +168,13 @@ def build_tiny_random(out: Path, *, arch: str, seed: int) -> None:
 def _seeded_init(model: Any, seed: int) -> None:
     """Overwrite every parameter from one generator in name order: same weights wherever torch runs.
 
-    Independent of transformers' own init scheme, which may change between versions.
+    Independent of transformers' own init scheme, which may change between versions. Linear layers get
+    std 1/sqrt(fan_in) so that attention and MLPs shape the output (with the usual 0.02 the residual
+    stream is just the last token's embedding and greedy decoding repeats it forever); embeddings get
+    std 0.1, which keeps the next-token distribution broad.
     """
+    import math
+
     import torch
 
     generator = torch.Generator().manual_seed(seed)
@@ -180,7 +185,8 @@ def _seeded_init(model: Any, seed: int) -> None:
             elif name.endswith(".bias"):
                 param.zero_()
             else:
-                param.copy_(torch.randn(param.shape, generator=generator) * 0.02)
+                std = 0.1 if "embed" in name or "lm_head" in name else 1 / math.sqrt(param.shape[-1])
+                param.copy_(torch.randn(param.shape, generator=generator) * std)
 
 
 def _download(repo_id: str) -> Path:

@@ -117,7 +117,7 @@ def _advance(ep: Episode, completion: Completion, chat: ChatFormat, sampling: Sa
         ep.finish = "done"
         return
     ep.messages.extend(result.messages)
-    ep.append(chat.continuation_ids(result.messages, last_token_id=completion.token_ids[-1]), policy=False)
+    ep.append(chat.continuation_ids(result.messages, last_token_id=completion.token_ids[-1]).ids, policy=False)
     if ep.replies >= limits.max_replies:
         ep.finish = "max_steps"
     elif len(ep.input_ids) + sampling.max_new_tokens > limits.max_context_tokens:

@@ -44,7 +44,13 @@ USER = {"role": "user", "content": "Move 5 EUR from A1 to B2, then tell me the b
 CALL = '<tool_call>\n{"name": "transfer", "arguments": {"source": "A1", "target": "B2", "amount": 5}}\n</tool_call>'
 DEMOS = [
     {"role": "user", "content": "Balance of Z9?"},
-    {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "get_balance", "arguments": '{"account_id": "Z9"}'}}]},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"type": "function", "function": {"name": "get_balance", "arguments": '{"account_id": "Z9"}'}}
+        ],
+    },
     {"role": "tool", "content": {"balance": 12}},
     {"role": "assistant", "content": "Z9 holds 12."},
 ]
@@ -64,7 +70,10 @@ def test_tool_docs_are_compact_lines_in_the_system_prompt(fmt):
     system = fmt.system_prompt(TOOLS, instructions="You are a bank assistant.")
     assert system.startswith("You are a bank assistant.")
     assert "get_balance(account_id: string) - Return the balance of an account." in system
-    assert 'transfer(source: string, target: string, amount: number, currency?: "EUR" | "USD", tags?: string[])' in system
+    assert (
+        'transfer(source: string, target: string, amount: number, currency?: "EUR" | "USD", tags?: string[])'
+        in system
+    )
     assert "More detail nobody needs" not in system and '"properties"' not in system
     assert "<tool_call>" in system and "plain text" in system
     assert fmt.system_prompt([]) == fmt.system_prompt([], None)  # no tool section without tools
@@ -77,7 +86,12 @@ def test_parameter_descriptions_on_request():
 
 
 def test_prompt_renders_chatml_with_tool_turns(fmt, tokenizer):
-    messages = [USER, {"role": "assistant", "content": CALL}, {"role": "tool", "content": "ok"}, {"role": "tool", "content": "42"}]
+    messages = [
+        USER,
+        {"role": "assistant", "content": CALL},
+        {"role": "tool", "content": "ok"},
+        {"role": "tool", "content": "42"},
+    ]
     text = tokenizer.decode(fmt.prompt_ids(messages, tools=TOOLS, demonstrations=DEMOS))
     assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_end|>\n<|im_start|>assistant\n")
     assert text.index("Balance of Z9?") < text.index(USER["content"])  # demonstrations come first

@@ -20,7 +20,11 @@ def engine():
 
 @pytest.fixture(scope="module")
 def prompts(engine):
-    texts = ["<|im_start|>user\nWhat is the balance of account A1?<|im_end|>\n<|im_start|>assistant\n", "Hi", "a b c d e f"]
+    texts = [
+        "<|im_start|>user\nWhat is the balance of account A1?<|im_end|>\n<|im_start|>assistant\n",
+        "Hi",
+        "a b c d e f",
+    ]
     return [engine.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 
@@ -43,10 +47,25 @@ def test_stops_at_extra_stop_token_and_keeps_it(engine, prompts):
     free = engine.generate(prompts[:1], GREEDY)[0]
     stop = free.token_ids[3]
     first = free.token_ids.index(stop)
-    out = engine.generate(prompts[:1], SamplingParams(greedy=True, max_new_tokens=12, stop_token_ids=(stop,)))[0]
+    out = engine.generate(
+        prompts[:1], SamplingParams(greedy=True, max_new_tokens=12, stop_token_ids=(stop,))
+    )[0]
     assert out.token_ids == free.token_ids[: first + 1]
     assert out.finish_reason == "stop"
     assert out.text == engine.tokenizer.decode(free.token_ids[:first])
+
+
+def test_a_row_that_stops_early_leaves_the_others_unchanged(engine, prompts):
+    free = engine.generate(prompts, GREEDY)
+    stop = free[0].token_ids[1]
+    others = [c for c in free[1:] if stop not in c.token_ids]
+    assert others, "fixture prompts should not all produce the stop token"
+    out = engine.generate(prompts, SamplingParams(greedy=True, max_new_tokens=12, stop_token_ids=(stop,)))
+    assert out[0].token_ids == free[0].token_ids[: free[0].token_ids.index(stop) + 1]
+    for f, o in zip(free[1:], out[1:], strict=True):
+        if f in others:
+            assert o.token_ids == f.token_ids and o.finish_reason == "length"
+            assert o.logprobs == pytest.approx(f.logprobs, abs=1e-5)
 
 
 def test_stops_at_eos(engine, prompts):
@@ -87,7 +106,9 @@ def test_sub_batching_and_progress(engine, prompts):
     assert [c.token_ids for c in out] == [c.token_ids for c in alone] * 3
 
 
-@pytest.mark.parametrize("sampling", [SamplingParams(temperature=0.7, top_p=0.9, seed=1, max_new_tokens=16), GREEDY])
+@pytest.mark.parametrize(
+    "sampling", [SamplingParams(temperature=0.7, top_p=0.9, seed=1, max_new_tokens=16), GREEDY]
+)
 def test_logprobs_match_a_fresh_forward_pass(engine, prompts, sampling):
     out = engine.generate(prompts, sampling)
     for prompt, c in zip(prompts, out, strict=True):
@@ -115,6 +136,15 @@ def test_top_p_keeps_only_the_nucleus():
     assert drawn == {0, 1}
     token, logprob = sample_next(logits, params, torch.Generator().manual_seed(0))
     assert float(logprob) == pytest.approx(float(torch.log_softmax(logits, -1)[0, token]))  # untruncated
+
+
+def test_sampling_follows_the_distribution():
+    probs = torch.tensor([0.0, 0.2, 0.0, 0.5, 0.3, 0.0])
+    logits = torch.log(probs).expand(20_000, -1)
+    tokens, _ = sample_next(logits, SamplingParams(temperature=1.0), torch.Generator().manual_seed(0))
+    freq = torch.bincount(tokens, minlength=6) / len(tokens)
+    assert torch.allclose(freq, probs, atol=0.015)
+    assert freq[[0, 2, 5]].sum() == 0  # zero-probability tokens are never drawn
 
 
 def test_train_mode_is_restored(engine, prompts):

