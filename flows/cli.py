@@ -36,9 +36,14 @@ def _root(root: Path | None) -> Path:
     return root or Path(os.environ.get("COEVOLVE_HOME", "runs"))
 
 
-def _quiet_prefect() -> None:
+def _quiet_libraries() -> None:
+    """Keep the terminal for our progress bars and summary lines (Prefect's own logs stay in its API)."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
 
 @app.command()
@@ -58,7 +63,7 @@ def run(
         _fail(str(exc))
     if root is not None:
         os.environ["COEVOLVE_HOME"] = str(root)
-    _quiet_prefect()
+    _quiet_libraries()
     from flows.coevolve import coevolve
 
     result = coevolve(str(config), run=run_name or cfg.run.name, rounds=rounds, overrides=overrides or [])
@@ -85,6 +90,7 @@ def stage(
     from storage.layout import RunLayout
     from storage.parquet import ArtifactError
 
+    _quiet_libraries()
     layout = RunLayout(_root(root), run_name)
     if not layout.config_path.exists():
         _fail(f"no run '{run_name}' under {layout.root} ({layout.config_path} missing); see `coevolve runs`")

@@ -65,6 +65,19 @@ def save_resolved_config(ctx: RunContext) -> None:
     write_text_atomic(text, path)
 
 
+def _announce(line: str, *, quiet: bool) -> None:
+    """The round's summary line: on stdout for people, in the flow run's log for the Prefect UI."""
+    from prefect.exceptions import MissingContextError
+    from prefect.logging import get_run_logger
+
+    if not quiet:
+        print(line, flush=True)
+    try:
+        get_run_logger().info(line)
+    except MissingContextError:
+        pass
+
+
 def run_rounds(ctx: RunContext, rounds: int, *, force: bool = False) -> list[RoundReport]:
     """Run rounds 0..rounds-1 of the run in `ctx` (completed stages are skipped)."""
     save_resolved_config(ctx)
@@ -76,13 +89,12 @@ def run_rounds(ctx: RunContext, rounds: int, *, force: bool = False) -> list[Rou
                 stage, ctx, round_, force=force
             )
         reports.append(RoundReport(round_, records))
-        if not ctx.quiet:
-            print(reports[-1].line())
+        _announce(reports[-1].line(), quiet=ctx.quiet)
     build_catalog(ctx.store.layout.root)
     return reports
 
 
-@flow(name="coevolve", log_prints=True)
+@flow(name="coevolve")
 def coevolve(
     config: str,
     run: str | None = None,

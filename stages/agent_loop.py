@@ -10,6 +10,7 @@ Used by rollout (K samples per task), evaluate (greedy, one per task) and, later
 
 from __future__ import annotations
 
+import contextlib
 import json
 import traceback
 from collections.abc import Callable
@@ -158,7 +159,5 @@ def _close(ep: Episode) -> None:
             _fail(ep, exc)
     if ep.evaluation is None:
         ep.evaluation = Evaluation(reward=0.0, success=False, details={"error": ep.error})
-    try:
+    with contextlib.suppress(Exception):  # closing must not lose the episode's rows
         ep.env.close()
-    except Exception:  # closing must not lose the episode's rows
-        pass

@@ -40,7 +40,7 @@ def test_rounds_run_continue_and_rerun_as_noop(tmp_path, monkeypatch, prefect_ap
     for s in samples:
         assert len(s["input_ids"]) == len(s["loss_mask"]) == len(s["logprobs"])
         assert sum(s["loss_mask"]) == s["num_policy_tokens"] > 0
-        assert all(lp == 0.0 for lp, m in zip(s["logprobs"], s["loss_mask"]) if m == 0)
+        assert all(lp == 0.0 for lp, m in zip(s["logprobs"], s["loss_mask"], strict=True) if m == 0)
 
     updates = query(tmp_path, "SELECT round, base_version, policy_version FROM updates ORDER BY round").to_pylist()
     assert [u["round"] for u in updates] == [0, 1]
