@@ -1,0 +1,75 @@
+"""Rollout efficiency: the multi-turn agent loop's generated tokens/s against one batched generate call.
+
+    .venv/bin/python benchmarks/rollout_efficiency.py --model smollm2-135m --tasks 4 --k 8
+
+Both sides use the same model, engine and batch size in the same process. The baseline is one
+`HfEngine.generate` call over the same initial prompts that produces the same number of tokens per
+sequence with stop tokens disabled, i.e. pure batched decoding with no environment, no turns and no
+re-prefill. The ratio (loop tokens/s / baseline tokens/s) is what the GRPO-loop issue asks to keep
+>= 0.7.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import envs
+from llm.chat import ChatFormat
+from llm.engine import SamplingParams
+from llm.hf_engine import HfEngine
+from llm.models import load_model
+from stages.agent_loop import EpisodeLimits, run_episodes
+
+
+class NeverStops(HfEngine):
+    """The baseline engine: decodes exactly max_new_tokens per prompt (no end-of-turn stop)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.eos_ids = (-1,)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--tasks", type=int, default=4)
+    parser.add_argument("--k", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--max-replies", type=int, default=6)
+    parser.add_argument("--batch-size", type=int, default=32)
+    args = parser.parse_args()
+
+    model, tokenizer = load_model(args.model)
+    chat = ChatFormat(tokenizer)
+    env = envs.make("toolworld")
+    tasks = env.tasks("train")[: args.tasks]
+    jobs = [(t, k) for t in tasks for k in range(args.k)]
+    sampling = SamplingParams(temperature=0.8, max_new_tokens=args.max_new_tokens, seed=0)
+    engine = HfEngine(model, tokenizer, batch_size=args.batch_size)
+    engine.generate([chat.prompt_ids([{"role": "user", "content": "hi"}], tools=[])], sampling)  # warm-up
+
+    started = time.perf_counter()
+    episodes = run_episodes(engine, chat, lambda: envs.make("toolworld"), jobs, sampling,
+                            EpisodeLimits(args.max_replies, 4096))
+    loop_seconds = time.perf_counter() - started
+    loop_tokens = sum(ep.completion_tokens for ep in episodes)
+
+    prompts = [ep.input_ids[: ep.prompt_tokens] for ep in episodes]
+    per_sequence = max(1, round(loop_tokens / len(prompts)))
+    baseline = NeverStops(model, tokenizer, batch_size=args.batch_size)
+    started = time.perf_counter()
+    out = baseline.generate(prompts, SamplingParams(temperature=0.8, max_new_tokens=per_sequence, seed=0))
+    base_seconds = time.perf_counter() - started
+    base_tokens = sum(len(c.token_ids) for c in out)
+
+    loop_rate, base_rate = loop_tokens / loop_seconds, base_tokens / base_seconds
+    print(f"model {args.model}, {len(jobs)} episodes ({args.tasks} tasks x {args.k}), batch {args.batch_size}")
+    print(f"agent loop: {loop_tokens} tokens in {loop_seconds:.1f} s = {loop_rate:.1f} tok/s "
+          f"({sum(ep.replies for ep in episodes)} replies, mean prompt {sum(map(len, prompts)) / len(prompts):.0f} tokens)")
+    print(f"one batched generate: {base_tokens} tokens in {base_seconds:.1f} s = {base_rate:.1f} tok/s")
+    print(f"ratio: {loop_rate / base_rate:.2f}")
+
+
+if __name__ == "__main__":
+    main()
