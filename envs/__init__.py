@@ -21,6 +21,7 @@ __all__ = ["Action", "Environment", "Evaluation", "Observation", "StepResult", "
 _REGISTRY: dict[str, str] = {
     "toolworld": "envs.toolworld.env:ToolWorldEnv",
     "bfcl": "envs.bfcl.env:BfclEnv",
+    "appworld": "envs.appworld.env:AppWorldEnv",
 }
 
 

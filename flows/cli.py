@@ -138,13 +138,28 @@ def runs(root: RootOption = None) -> None:
 
 @env_app.command("list")
 def env_list() -> None:
-    """Environments, their splits and task counts."""
+    """Environments, their splits and task counts (or what is missing to use them)."""
     import envs
 
     for name in envs.available():
-        env = envs.make(name)
-        counts = ", ".join(f"{s} {len(env.tasks(s))}" for s in env.splits())
+        try:
+            env = envs.make(name)
+            counts = ", ".join(f"{s} {len(env.tasks(s))}" for s in env.splits())
+        except Exception as exc:  # an environment that needs a server or data not installed here
+            counts = f"not available ({str(exc).splitlines()[0]}); see `coevolve env check {name}`"
         typer.echo(f"{name}: {counts}")
+
+
+@env_app.command("check")
+def env_check(name: Annotated[str, typer.Argument(help="Environment name.")]) -> None:
+    """Say what an environment needs and whether it is there (exit 1 if something is missing)."""
+    from flows.env_check import check_environment, ready
+
+    findings = check_environment(name)
+    for line in findings:
+        typer.echo(line)
+    if not ready(findings):
+        raise typer.Exit(1)
 
 
 @env_app.command("replay")

@@ -128,8 +128,10 @@ class ToolWorldEnv:
         return self._catalog.schemas(self._offered(World(task.initial_state)))
 
     def demonstrations(self) -> list[dict[str, str]]:
-        """Two fixed example exchanges (8 chat messages) showing the tool-call format."""
-        return demonstrations(self._catalog)
+        """Two fixed example exchanges (8 chat messages) showing the tool-call format, taken from the
+        apps of the current task first (any two before `reset`)."""
+        apps = self._episode.task.initial_state if self._episode is not None else ()
+        return demonstrations(self._catalog, apps)
 
     # -- episode -----------------------------------------------------------------------------------
 

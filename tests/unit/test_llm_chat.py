@@ -96,7 +96,18 @@ def test_prompt_renders_chatml_with_tool_turns(fmt, tokenizer):
     assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_end|>\n<|im_start|>assistant\n")
     assert text.index("Balance of Z9?") < text.index(USER["content"])  # demonstrations come first
     assert '<tool_call>\n{"name": "get_balance", "arguments": {"account_id": "Z9"}}\n</tool_call>' in text
-    assert '<|im_start|>user\n<tool_response>\n{"balance": 12}\n</tool_response><|im_end|>' in text
+    # SmolLM2's template knows no tools: results are plain `tool` turns
+    assert not fmt.wrap_tool_results
+    assert '<|im_start|>tool\n{"balance": 12}<|im_end|>' in text
+    assert "<|im_start|>tool\nok<|im_end|>\n<|im_start|>tool\n42<|im_end|>" in text
+
+
+def test_tool_results_wrapped_qwen_style_when_the_template_does(tokenizer):
+    wrapping = ChatFormat(tokenizer)
+    wrapping.wrap_tool_results = True  # as for a template that renders <tool_response> (Qwen)
+    messages = [USER, {"role": "assistant", "content": CALL}, {"role": "tool", "content": "ok"},
+                {"role": "tool", "content": "42"}]
+    text = wrapping.prompt_text(messages, tools=TOOLS)
     both = "<|im_start|>user\n<tool_response>\nok\n</tool_response>\n<tool_response>\n42\n</tool_response><|im_end|>"
     assert both in text  # consecutive tool results share one user turn
 
