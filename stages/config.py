@@ -6,10 +6,10 @@ them is `CoevolveConfig` below; YAML loading and `--set` overrides live in `flow
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
 
 class Section(BaseModel):
@@ -42,10 +42,24 @@ class EnvConfig(Section):
 
 
 class DatasetConfig(Section):
-    seed_split: str = "train"
-    """Environment split that seeds D_0."""
+    seed_split: str | None = "train"
+    """Environment split that seeds D_0; None = no seed tasks (D_0 from exploration only)."""
     max_tasks: int | None = Field(None, ge=1)
     """Use at most this many seed tasks (a seeded sample); None = all."""
+    bootstrap_tasks: int = Field(0, ge=0)
+    """Add up to N tasks to D_0 by unguided teacher exploration -> triples -> abstract -> verify
+    (paper N = 100); 0 = off."""
+    bootstrap_split: str = "train"
+    """Split whose tasks' initial states (worlds) the unguided exploration starts from; their user
+    turns and solutions are not shown to the teacher."""
+    bootstrap_budget: int = Field(4, ge=1)
+    """Most bootstrap iterations (each explores `evolve.max_explorations` worlds) before giving up on N."""
+
+    @model_validator(mode="after")
+    def _has_tasks(self) -> DatasetConfig:
+        if self.seed_split is None and self.bootstrap_tasks == 0:
+            raise ValueError("D_0 would be empty: set seed_split or bootstrap_tasks > 0")
+        return self
 
 
 class RolloutConfig(Section):
@@ -78,9 +92,96 @@ class EvalConfig(Section):
     """Greedy decoding for evaluation (else the rollout temperature)."""
 
 
+SIGNAL_KINDS = ("forgetting", "boundary", "rare")
+
+
 class EvolveConfig(Section):
     every: int = Field(0, ge=0)
     """Run the data-evolution phases every F rounds; 0 = plain GRPO on the seed dataset."""
+    window: int = Field(10, ge=1)
+    """W: forgetting looks at a task's last W attempted rounds; rare counts actions of the last W rounds."""
+    rare_theta: float = Field(5.0, ge=0.0, le=100.0)
+    """Rare: a pattern is rare when 0 < count / N < theta / 100."""
+    rare_pattern: Literal["tool", "bigram"] = "tool"
+    """Rare patterns: single tool names, or pairs of consecutive calls."""
+    kinds: tuple[Literal["forgetting", "boundary", "rare"], ...] = SIGNAL_KINDS
+    """Signal kinds that are extracted, and the order in which they are explored (first = most urgent)."""
+    max_explorations: int = Field(4, ge=0)
+    """Most signal-marked trajectories re-explored per evolution (one per task; kind order, then newest)."""
+    explore_rounds: int = Field(2, ge=1)
+    """R: independent exploration episodes per exploration context (multi-round)."""
+    explore_steps: int = Field(6, ge=1)
+    """S: most teacher replies per exploration episode (multi-step)."""
+    max_tasks_per_group: int = Field(3, ge=1)
+    """Most tasks the teacher may abstract from one triple group (extra ones are rows marked `invalid`)."""
+    duplicate_jaccard: float = Field(0.8, ge=0.0, le=1.0)
+    """Two candidates with the same normalised solution and query token-Jaccard >= this are duplicates."""
+    contamination_jaccard: float = Field(0.9, ge=0.0, le=1.0)
+    """A candidate whose query has token-Jaccard >= this with a held-out eval task is discarded."""
+    verify_attempts: int = Field(1, ge=1)
+    """K: policy attempts per verified candidate (outcome from the best one)."""
+    verify_greedy: bool = True
+    """Greedy decoding when `verify_attempts` is 1 (otherwise attempts sample at the rollout temperature)."""
+    admit: tuple[Literal["accept", "retain", "discard"], ...] = ("accept", "retain")
+    """Verification outcomes merged into D_{r+1}. The paper keeps accepted and retained tasks."""
+    signal_weight: float = Field(1.0, gt=0.0)
+    """Sampling weight of merged signal-linked tasks (other tasks weigh 1); > 1 upweights them."""
+
+
+class PolicyTeacherConfig(Section):
+    """The policy's own in-process engine and chat template acts as the teacher (CPU default)."""
+
+    type: Literal["policy"] = "policy"
+    """Backend selector."""
+    temperature: float = Field(0.7, gt=0.0)
+    """Sampling temperature of reflections, abstractions and exploration replies."""
+    max_new_tokens: int = Field(512, ge=1)
+    """Cap on tokens per reflection or abstraction reply."""
+    step_max_new_tokens: int = Field(128, ge=1)
+    """Cap on tokens per exploration reply (one tool-calling step)."""
+    max_context_tokens: int = Field(4096, ge=64)
+    """An exploration episode whose context would exceed this ends."""
+
+
+class OpenAITeacherConfig(Section):
+    """A stronger model behind an OpenAI-compatible server (vLLM, SGLang, hosted): the paper's setting."""
+
+    type: Literal["openai"] = "openai"
+    """Backend selector."""
+    base_url: str = "http://127.0.0.1:8000/v1"
+    """Server root including `/v1`."""
+    model: str = Field(min_length=1)
+    """Model name the server knows (required)."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Environment variable holding the API key (unset = no Authorization header)."""
+    tokenizer: str | None = None
+    """Model name whose tokenizer renders exploration episodes (`llm.models` names, a local dir or a hub
+    id); None = the policy's tokenizer."""
+    token_ids: bool = False
+    """The server uses that same tokenizer: send prompts as token ids (vLLM). Else prompts go as text."""
+    temperature: float = Field(0.7, gt=0.0)
+    """Sampling temperature of reflections, abstractions and exploration replies."""
+    max_new_tokens: int = Field(1024, ge=1)
+    """Cap on tokens per reflection or abstraction reply."""
+    step_max_new_tokens: int = Field(256, ge=1)
+    """Cap on tokens per exploration reply."""
+    max_context_tokens: int = Field(8192, ge=64)
+    """An exploration episode whose context would exceed this ends."""
+    timeout_s: float = Field(120.0, gt=0.0)
+    """HTTP timeout per request."""
+    max_retries: int = Field(3, ge=0)
+    """Retries of a request on connection errors, timeouts, 429 and 5xx (exponential backoff)."""
+
+
+def _teacher_type(value: Any) -> str:
+    """The `type` tag of a teacher section; a section that names no type is the policy teacher."""
+    return value.get("type", "policy") if isinstance(value, dict) else getattr(value, "type", "policy")
+
+
+TeacherConfig = Annotated[
+    Annotated[PolicyTeacherConfig, Tag("policy")] | Annotated[OpenAITeacherConfig, Tag("openai")],
+    Discriminator(_teacher_type),
+]
 
 
 class TrainConfig(Section):
@@ -139,6 +240,8 @@ class CoevolveConfig(Section):
     """Held-out evaluation."""
     evolve: EvolveConfig = EvolveConfig()
     """Data evolution (0 = the GRPO baseline)."""
+    teacher: TeacherConfig = PolicyTeacherConfig()
+    """The LLM that reflects, explores and abstracts tasks (`type: policy` or `type: openai`)."""
     storage: StorageSection = StorageSection()
     """Where runs are written."""
 

@@ -1,25 +1,43 @@
 """All stages by name, and which of them a given round runs, in order.
 
-Round r: [bootstrap, baseline in round 0] -> rollout -> (feedback phases, when evolution is on)
--> grpo_update -> [evaluate every `eval.every` rounds].
+Round r: [bootstrap, baseline in round 0] -> rollout -> [signals -> explore -> triples -> abstract
+-> verify -> merge when `evolve.every` > 0 and (r + 1) % every == 0] -> grpo_update -> [evaluate every
+`eval.every` rounds].
 """
 
 from __future__ import annotations
 
+from stages.abstract import ABSTRACT
 from stages.bootstrap import BOOTSTRAP
 from stages.config import CoevolveConfig
 from stages.evaluate import BASELINE, EVALUATE
+from stages.explore import EXPLORE
 from stages.grpo_update import GRPO_UPDATE
+from stages.merge import MERGE
 from stages.rollout import ROLLOUT
 from stages.runner import StageDef
+from stages.signals_stage import SIGNALS
+from stages.triples import TRIPLES
+from stages.verify import VERIFY
 
-STAGES: dict[str, StageDef] = {s.name: s for s in (BOOTSTRAP, BASELINE, ROLLOUT, GRPO_UPDATE, EVALUATE)}
+EVOLUTION: tuple[StageDef, ...] = (SIGNALS, EXPLORE, TRIPLES, ABSTRACT, VERIFY, MERGE)
+"""The data-evolution phases, in dependency order."""
+
+STAGES: dict[str, StageDef] = {
+    s.name: s for s in (BOOTSTRAP, BASELINE, ROLLOUT, *EVOLUTION, GRPO_UPDATE, EVALUATE)
+}
 
 
 def get_stage(name: str) -> StageDef:
     if name not in STAGES:
         raise ValueError(f"unknown stage {name!r}; stages: {', '.join(STAGES)}")
     return STAGES[name]
+
+
+def evolves(config: CoevolveConfig, round_: int) -> bool:
+    """Whether round `round_` runs the data-evolution phases (every `evolve.every` rounds)."""
+    every = config.evolve.every
+    return every > 0 and (round_ + 1) % every == 0
 
 
 def round_plan(config: CoevolveConfig, round_: int) -> list[StageDef]:
@@ -29,7 +47,10 @@ def round_plan(config: CoevolveConfig, round_: int) -> list[StageDef]:
         plan.append(BOOTSTRAP)
         if config.eval.baseline and config.eval.every:
             plan.append(BASELINE)
-    plan += [ROLLOUT, GRPO_UPDATE]
+    plan.append(ROLLOUT)
+    if evolves(config, round_):
+        plan += EVOLUTION
+    plan.append(GRPO_UPDATE)
     if config.eval.every and (round_ + 1) % config.eval.every == 0:
         plan.append(EVALUATE)
     return plan

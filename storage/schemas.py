@@ -123,6 +123,89 @@ DATASETS = _schema(
     pa.field("added_round", pa.int32(), nullable=False),
 )
 
+# --- data evolution (stages/signals_stage, explore, triples, abstract, verify, merge) -------------------
+
+SIGNALS = _schema(
+    1,
+    pa.field("signal_id", pa.string(), nullable=False),  # hash of {kind, round, task_id, trajectory_id}
+    pa.field("kind", pa.string(), nullable=False),  # forgetting | boundary | rare
+    pa.field("task_id", pa.string(), nullable=False),
+    pa.field("trajectory_id", pa.string(), nullable=False),  # the marked rollout trajectory
+    pa.field("trajectory_round", pa.int32(), nullable=False),  # round of that trajectory
+    pa.field("evidence", pa.string(), nullable=False),  # JSON, see stages/signals.py
+)
+
+EXPLORATIONS = _schema(
+    1,
+    pa.field("exploration_id", pa.string(), nullable=False),
+    pa.field("signal_id", pa.string()),  # null for bootstrap (unguided) explorations
+    pa.field("kind", pa.string(), nullable=False),  # the signal kind, or `bootstrap`
+    pa.field("task_id", pa.string(), nullable=False),  # the task whose initial state is explored
+    pa.field("trajectory_id", pa.string()),  # the signal-marked trajectory reflected on
+    pa.field("teacher", pa.string(), nullable=False),  # teacher version
+    pa.field("reflection", pa.string()),  # the teacher's raw reply (null when nothing was asked)
+    pa.field("context", pa.string()),  # parsed exploration context, JSON; null when unparsable
+    pa.field("status", pa.string(), nullable=False),  # ok | unparsable | invalid | error
+    pa.field("reason", pa.string()),
+    pa.field("trajectory_ids", pa.string(), nullable=False),  # JSON list: its exploration episodes
+)
+
+TRIPLES = _schema(
+    1,
+    pa.field("triple_id", pa.string(), nullable=False),
+    pa.field("group_id", pa.string(), nullable=False),  # one group per exploration context
+    pa.field("exploration_id", pa.string(), nullable=False),
+    pa.field("trajectory_id", pa.string(), nullable=False),
+    pa.field("task_id", pa.string(), nullable=False),
+    pa.field("seq", pa.int32(), nullable=False),  # order of the call in its trajectory
+    pa.field("step", pa.int32(), nullable=False),
+    pa.field("call_index", pa.int32(), nullable=False),
+    pa.field("turn", pa.int32(), nullable=False),
+    pa.field("tool", pa.string(), nullable=False),  # the action
+    pa.field("arguments", pa.string(), nullable=False),  # JSON
+    pa.field("observation", pa.string(), nullable=False),
+    pa.field("ok", pa.bool_(), nullable=False),
+    pa.field("state_before", pa.string()),  # environment state digest; null when the replay diverged
+    pa.field("state_after", pa.string()),
+    pa.field("changed", pa.bool_()),
+)
+
+CANDIDATES = _schema(
+    1,
+    pa.field("candidate_id", pa.string(), nullable=False),  # content hash
+    pa.field("group_id", pa.string(), nullable=False),
+    pa.field("exploration_id", pa.string(), nullable=False),
+    pa.field("task_id", pa.string(), nullable=False),  # the explored task (its initial state is reused)
+    pa.field("env", pa.string(), nullable=False),
+    pa.field("teacher", pa.string(), nullable=False),
+    pa.field("status", pa.string(), nullable=False),  # ok | unparsable | invalid | duplicate
+    pa.field("reason", pa.string()),
+    pa.field("duplicate_of", pa.string()),  # candidate or dataset task id
+    pa.field("intent", pa.string()),
+    pa.field("query", pa.string()),
+    pa.field("solution", pa.string()),  # JSON list of {name, arguments}
+    pa.field("answers", pa.string()),  # JSON list of strings the reply must contain
+    pa.field("signature", pa.string()),  # normalised solution signature
+    pa.field("initial_state", pa.string(), nullable=False),  # JSON
+    pa.field("raw_reply", pa.string(), nullable=False),  # the teacher's reply this row was parsed from
+)
+
+VERIFICATIONS = _schema(
+    1,
+    pa.field("verification_id", pa.string(), nullable=False),
+    pa.field("candidate_id", pa.string(), nullable=False),
+    pa.field("outcome", pa.string(), nullable=False),  # accept | retain | discard
+    pa.field("reason", pa.string(), nullable=False),
+    pa.field("reward", pa.float64()),  # best policy attempt; null when not attempted
+    pa.field("success", pa.bool_()),
+    pa.field("attempts", pa.int32(), nullable=False),
+    pa.field("policy_version", pa.string(), nullable=False),
+    pa.field("checker", pa.string()),  # JSON checker spec of the task
+    pa.field("expected_digest", pa.string()),  # state digest after replaying the solution
+    pa.field("task_id", pa.string()),  # the synthesized task (accept / retain)
+    pa.field("task", pa.string()),  # JSON task row that merge admits
+)
+
 ARTIFACTS: dict[str, pa.Schema] = {
     "trajectories": TRAJECTORIES,
     "steps": STEPS,
@@ -131,6 +214,11 @@ ARTIFACTS: dict[str, pa.Schema] = {
     "evals": EVALS,
     "tasks": TASKS,
     "datasets": DATASETS,
+    "signals": SIGNALS,
+    "explorations": EXPLORATIONS,
+    "triples": TRIPLES,
+    "candidates": CANDIDATES,
+    "verifications": VERIFICATIONS,
 }
 
 

@@ -36,8 +36,15 @@ _NO_ARGUMENT_TOOL = re.compile(r"^(\w+)\((?:\w+\?: [^,)]+(?:, )?)*\)", re.MULTIL
 class OracleEngine:
     """Fake engine replaying the reference solutions of `tasks` (see the module docstring)."""
 
-    def __init__(self, tokenizer: Any, tasks: Sequence[Task], *, solve: str = "always",
-                 explore_unknown: bool = False, version: str = "oracle") -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        tasks: Sequence[Task],
+        *,
+        solve: str = "always",
+        explore_unknown: bool = False,
+        version: str = "oracle",
+    ) -> None:
         self.tokenizer, self.version, self.solve = tokenizer, version, solve
         self.explore_unknown = explore_unknown
         self.tasks = list(tasks)
@@ -48,7 +55,9 @@ class OracleEngine:
     def add(self, tasks: Sequence[Task]) -> None:
         self.tasks += list(tasks)
 
-    def generate(self, prompts: list[list[int]], sampling: SamplingParams, *, progress=None) -> list[Completion]:
+    def generate(
+        self, prompts: list[list[int]], sampling: SamplingParams, *, progress=None
+    ) -> list[Completion]:
         out = []
         for ids in prompts:
             text = self.tokenizer.decode(ids, skip_special_tokens=False)
@@ -69,13 +78,12 @@ class OracleEngine:
         done = prompt[position:].count(_ASSISTANT) - 1  # replies already given in this turn
         if turn == 0 and done == 0 and not self._solves(task):
             return GIVE_UP
-        if GIVE_UP in prompt[prompt.find(task.turns[0]):]:
+        if GIVE_UP in prompt[prompt.find(task.turns[0]) :]:
             return GIVE_UP
-        calls = (task.solution or [[]] * len(task.turns))[turn] if turn < len(task.solution or []) else []
+        calls = _of_turn(task.solution or [], turn)
         if done < len(calls):
             return render_tool_call(calls[done])
-        answers = (task.checker.get("answers") or [])[turn] if turn < len(task.checker.get("answers") or []) else []
-        return "Done. " + " ".join(str(a) for a in answers)
+        return "Done. " + " ".join(str(a) for a in _of_turn(task.checker.get("answers") or [], turn))
 
     def _locate(self, prompt: str) -> tuple[Task, int, int] | None:
         """The task whose latest user turn appears last in the prompt, that turn, and its position."""
@@ -94,7 +102,7 @@ class OracleEngine:
         listed = prompt.split("You can call these tools:", 1)[-1].split("To call a tool", 1)[0]
         tools = [m.group(1) for m in _NO_ARGUMENT_TOOL.finditer(listed)]
         requests = [m for m in _USER_TURN.finditer(prompt) if not m.group(1).startswith("<tool_response>")]
-        done = prompt[requests[-1].end():].count(_ASSISTANT) - 1 if requests else 0
+        done = prompt[requests[-1].end() :].count(_ASSISTANT) - 1 if requests else 0
         return render_tool_call(ToolCall(name=tools[done])) if done < len(tools) else "Done exploring."
 
     def _solves(self, task: Task) -> bool:
@@ -103,9 +111,19 @@ class OracleEngine:
         return self.solve == "always" or (self.solve == "alternate" and count % 2 == 0)
 
 
+def _of_turn(per_turn: list, turn: int) -> list:
+    return list(per_turn[turn]) if turn < len(per_turn) else []
+
+
 def valid_reflection(prompt: str) -> str:
-    return json.dumps({"tools": [], "apps": [], "diagnosis": "The agent did not finish the task.",
-                       "plan": "Call the tools the task needs with the values in the request."})
+    return json.dumps(
+        {
+            "tools": [],
+            "apps": [],
+            "diagnosis": "The agent did not finish the task.",
+            "plan": "Call the tools the task needs with the values in the request.",
+        }
+    )
 
 
 def abstract_from_calls(prompt: str) -> str:
@@ -117,8 +135,16 @@ def abstract_from_calls(prompt: str) -> str:
     parts = [c["tool"] + "".join(f" with {k} '{v}'" for k, v in c["arguments"].items()) for c in calls]
     answers = next((a for a in (_answer_of(c["result"]) for c in reversed(calls)) if a), [])
     query = "Please use " + "; then ".join(parts) + (". Tell me the result." if answers else ".")
-    return json.dumps([{"intent": "replay what worked", "query": query, "solution": list(range(len(calls))),
-                        "answers": answers}])
+    return json.dumps(
+        [
+            {
+                "intent": "replay what worked",
+                "query": query,
+                "solution": list(range(len(calls))),
+                "answers": answers,
+            }
+        ]
+    )
 
 
 def _answer_of(result: str) -> list[str]:
@@ -147,8 +173,9 @@ class ScriptedTeacher:
         self.version = version
         self.engine = OracleEngine(tokenizer, tasks, explore_unknown=True, version=version)
         self.chat = ChatFormat(tokenizer)
-        self.settings = TeacherSettings(temperature=1.0, max_new_tokens=64, step_max_new_tokens=64,
-                                        max_context_tokens=4096)
+        self.settings = TeacherSettings(
+            temperature=1.0, max_new_tokens=64, step_max_new_tokens=64, max_context_tokens=4096
+        )
         self.scripts = {"reflect": reflections, "abstract": abstractions}
         self.used = {"reflect": 0, "abstract": 0}
         self.prompts: list[str] = []

@@ -1,0 +1,358 @@
+"""verify: environment verification of candidate tasks (step 6 of the loop).
+
+Each `ok` candidate becomes a task (one user turn = its query) and is checked in order, the first
+failure deciding a `discard` with its reason:
+
+1. checker: the verifiable checker spec is derived by replaying the solution from the initial state
+   (tool world: `build_checker` -> expected final state + required answers; BFCL: the solution itself
+   is the ground truth, no `ground_truth` key). The replay must run without errors.
+2. contamination: a near-duplicate of a held-out evaluation task (same normalised solution signature,
+   or query token-Jaccard >= `evolve.contamination_jaccard`) is discarded with reason `contamination`.
+3. replay: the solution runs call by call in a fresh environment; it must change the state (digests
+   differ) or read what the task asks for (every answer appears in a result of the solution).
+4. solvability: every literal argument of the solution appears in the query or in a result of an
+   earlier call of the solution.
+5. the reference solution, replayed as an oracle agent, satisfies the checker.
+
+Then the current policy (after round r-1) attempts the survivors (`evolve.verify_attempts`, greedy when
+1): success -> `accept`, reward > 0 -> `retain`, else `discard` (the paper's rule). Writes
+`verifications` (with the checker spec and the admitted task row) and the attempts as `trajectories`/
+`steps` with source `verify`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from envs.base import Environment, Task, ToolCall, content_hash
+from envs.replay import replay_reference
+from envs.toolworld.checker import answer_found
+from llm.engine import SamplingParams
+from stages.abstract import jaccard, solution_signature, task_signature
+from stages.agent_loop import EpisodeLimits, run_episodes
+from stages.context import RunContext
+from stages.datasets import task_row
+from stages.ledger import step_rows, trajectory_rows
+from stages.rollout import round_seed
+from stages.runner import StageDef, StageResult
+from stages.teacher import short_text
+
+CONTAMINATION = "contamination"
+
+
+class Rejected(ValueError):
+    """A candidate fails a check; the message is the verification's reason."""
+
+
+@dataclass
+class Checked:
+    """A candidate that passed the environment checks, waiting for the policy's attempts."""
+
+    row: dict
+    task: Task
+    expected_digest: str | None
+
+
+@dataclass(frozen=True)
+class VerifySettings:
+    attempts: int = 1
+    greedy: bool = True
+    temperature: float = 1.0
+    max_new_tokens: int = 96
+    limits: EpisodeLimits = EpisodeLimits()
+    contamination_jaccard: float = 0.9
+    seed: int = 0
+
+    def sampling(self) -> SamplingParams:
+        greedy = self.greedy and self.attempts == 1
+        return SamplingParams(
+            temperature=self.temperature, max_new_tokens=self.max_new_tokens, greedy=greedy, seed=self.seed
+        )
+
+
+# --- building the task --------------------------------------------------------------------------
+
+
+def derive_checker(
+    env: str, initial_state: dict, turns: list[str], solution: list[list[ToolCall]], answers: list[list[str]]
+) -> dict[str, Any]:
+    """The verifiable checker spec of a synthesized task (raises ValueError when its solution fails)."""
+    if env == "toolworld":
+        from envs.toolworld.checker import build_checker
+        from envs.toolworld.tools import ToolCatalog
+
+        return build_checker(ToolCatalog(), initial_state, turns, solution, answers)
+    if env == "bfcl":  # BfclEnv scores a task without `ground_truth` against its solution
+        return {"category": "synthesized", "answers": answers}
+    raise ValueError(f"no verifiable checker for environment {env!r} (supported: toolworld, bfcl)")
+
+
+def candidate_task(row: dict) -> Task:
+    """The task a candidate row describes, with its derived checker (Rejected when that fails)."""
+    calls = [ToolCall(**c) for c in json.loads(row["solution"])]
+    state, turns, answers = json.loads(row["initial_state"]), [row["query"]], [json.loads(row["answers"])]
+    try:
+        checker = derive_checker(row["env"], state, turns, [calls], answers)
+    except ValueError as exc:
+        raise Rejected(f"replay: {exc}") from None
+    family = "synth:" + "+".join(dict.fromkeys(c.name for c in calls))
+    task_id = Task.make_id(row["env"], state, turns, {**checker, "solution": solution_signature(calls)})
+    return Task(
+        id=task_id,
+        env=row["env"],
+        split="synthesized",
+        family=family,
+        initial_state=state,
+        turns=turns,
+        solution=[calls],
+        checker=checker,
+        source="synthesized",
+    )
+
+
+# --- environment checks -------------------------------------------------------------------------
+
+
+def _digest(env: Environment) -> str | None:
+    digest = getattr(env, "state_digest", None)
+    return digest() if digest is not None else None
+
+
+def replay_solution(
+    make_env: Callable[[], Environment], task: Task
+) -> tuple[str | None, str | None, list[str]]:
+    """(digest before, digest after, one result text per call); Rejected when a call fails."""
+    env = make_env()
+    try:
+        env.reset(task)
+        before, results = _digest(env), []
+        for calls in task.solution or []:
+            step = env.step(list(calls))
+            records = step.info.get("calls", [])
+            if len(records) != len(calls):
+                raise Rejected(f"replay: {len(calls) - len(records)} call(s) did not run")
+            for record, message in zip(records, step.messages, strict=False):
+                if not record.get("ok"):
+                    raise Rejected(
+                        f"replay: {record.get('name')} failed: {short_text(record.get('error'), 200)}"
+                    )
+                results.append(message["content"])
+        return before, _digest(env), results
+    finally:
+        env.close()
+
+
+def _literals(value: Any) -> list[Any]:
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _literals(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in _literals(v)]
+    return [] if value is None or isinstance(value, bool) else [value]
+
+
+def check_solvable(task: Task, results: list[str]) -> None:
+    """Every literal argument appears in the query or an earlier result of the solution (else Rejected)."""
+    query = "\n".join(task.turns)
+    calls = [c for turn in task.solution or [] for c in turn]
+    for i, call in enumerate(calls):
+        seen = "\n".join([query, *results[:i]])
+        for value in _literals(call.arguments):
+            text = value if isinstance(value, str) else json.dumps(value)
+            found = answer_found(text, seen) if not isinstance(value, str) else text.lower() in seen.lower()
+            if not found:
+                raise Rejected(
+                    f"unsolvable: argument {short_text(text, 80)} of {call.name} appears neither in "
+                    "the query nor in an earlier result"
+                )
+
+
+def check_effect(task: Task, before: str | None, after: str | None, results: list[str]) -> None:
+    """The solution changes the state or reads every answer the task asks for (else Rejected)."""
+    answers = [a for turn in task.checker.get("answers") or [] for a in turn]
+    missing = [a for a in answers if not answer_found(a, "\n".join(results))]
+    if missing:
+        raise Rejected(f"replay: answer {short_text(missing[0], 80)} appears in no result of the solution")
+    if not answers and before is not None and before == after:
+        raise Rejected("no effect: the solution changes nothing and the task asks for no answer")
+
+
+def contamination(task: Task, held_out: list[tuple[str, str, str]], threshold: float) -> str | None:
+    """The id of a held-out task this one nearly duplicates, if any."""
+    signature, query = task_signature(task), " ".join(task.turns)
+    for sig, other_query, ident in held_out:
+        if sig == signature or jaccard(query, other_query) >= threshold:
+            return ident
+    return None
+
+
+def check_candidate(
+    make_env: Callable[[], Environment], row: dict, held_out: list[tuple[str, str, str]], threshold: float
+) -> Checked:
+    """All environment checks of one candidate, in order; Rejected(reason) on the first failure."""
+    task = candidate_task(row)
+    twin = contamination(task, held_out, threshold)
+    if twin is not None:
+        raise Rejected(f"{CONTAMINATION}: near-duplicate of held-out task {twin}")
+    before, after, results = replay_solution(make_env, task)
+    check_effect(task, before, after, results)
+    check_solvable(task, results)
+    env = make_env()
+    try:
+        evaluation = replay_reference(env, task)
+    finally:
+        env.close()
+    if not evaluation.success:
+        raise Rejected("checker: the reference solution does not satisfy the derived checker")
+    return Checked(row, task, after)
+
+
+# --- the verification ---------------------------------------------------------------------------
+
+
+def verify_candidates(
+    policy: Any,
+    make_env: Callable[[], Environment],
+    candidates: list[dict],
+    held_out: list[Task],
+    lineage: dict[str, dict],
+    settings: VerifySettings,
+    *,
+    run: str,
+    round_: int,
+) -> dict[str, list[dict]]:
+    """`verifications` for the ok candidates, plus the policy's attempts as `trajectories`/`steps`.
+
+    `policy` has `engine`, `chat` and `version`; `lineage` maps exploration ids to {signal_id, ...}.
+    """
+    pool = [(task_signature(t), " ".join(t.turns), t.id) for t in held_out]
+    checked, rows = [], []
+    for row in (r for r in candidates if r["status"] == "ok"):
+        try:
+            checked.append(check_candidate(make_env, row, pool, settings.contamination_jaccard))
+        except Rejected as exc:
+            rows.append(_row(row, policy.version, "discard", str(exc)))
+        except Exception as exc:  # an environment that breaks on a candidate: a row, not a crash
+            rows.append(_row(row, policy.version, "discard", f"error: {short_text(str(exc), 300)}"))
+    jobs = [(c.task, k) for c in checked for k in range(settings.attempts)]
+    episodes = run_episodes(
+        policy.engine, policy.chat, make_env, jobs, settings.sampling(), settings.limits, seed=settings.seed
+    )
+    trajectories = trajectory_rows(episodes, run=run, round_=round_, source="verify", policy=policy.version)
+    for i, c in enumerate(checked):
+        attempts = trajectories[i * settings.attempts : (i + 1) * settings.attempts]
+        rows.append(_judged(c, attempts, policy.version, lineage.get(c.row["exploration_id"], {})))
+    return {"verifications": rows, "trajectories": trajectories, "steps": step_rows(episodes, trajectories)}
+
+
+def _row(candidate: dict, policy: str, outcome: str, reason: str) -> dict:
+    return {
+        "verification_id": content_hash([candidate["candidate_id"], policy, "verify"]),
+        "candidate_id": candidate["candidate_id"],
+        "outcome": outcome,
+        "reason": reason,
+        "reward": None,
+        "success": None,
+        "attempts": 0,
+        "policy_version": policy,
+        "checker": None,
+        "expected_digest": None,
+        "task_id": None,
+        "task": None,
+    }
+
+
+def _judged(c: Checked, attempts: list[dict], policy: str, lineage: dict) -> dict:
+    reward, success = max(t["reward"] for t in attempts), any(t["success"] for t in attempts)
+    n = len(attempts)
+    if success:
+        outcome, reason = (
+            "accept",
+            f"the policy solved it ({sum(t['success'] for t in attempts)}/{n} attempts)",
+        )
+    elif reward > 0:
+        outcome, reason = "retain", f"the policy failed with partial reward {reward:.2f} (best of {n})"
+    else:
+        outcome, reason = "discard", f"the policy failed with zero reward ({n} attempts)"
+    base = _row(c.row, policy, outcome, reason)
+    task = c.task
+    if outcome != "discard":
+        ids = {
+            **lineage,
+            "exploration_id": c.row["exploration_id"],
+            "group_id": c.row["group_id"],
+            "candidate_id": c.row["candidate_id"],
+            "verification_id": base["verification_id"],
+        }
+        task = task.model_copy(update={"lineage": {k: v for k, v in ids.items() if v is not None}})
+    return {
+        **base,
+        "reward": reward,
+        "success": success,
+        "attempts": n,
+        "checker": json.dumps(task.checker),
+        "expected_digest": c.expected_digest,
+        "task_id": task.id if outcome != "discard" else None,
+        "task": json.dumps(task_row(task)) if outcome != "discard" else None,
+    }
+
+
+# --- the stage ----------------------------------------------------------------------------------
+
+
+def held_out_tasks(ctx: RunContext) -> list[Task]:
+    return [t for split in ctx.config.eval.splits for t in ctx.env_tasks(split)]
+
+
+def settings_of(ctx: RunContext, round_: int, purpose: str = "verify") -> VerifySettings:
+    cfg, rollout = ctx.config.evolve, ctx.config.rollout
+    return VerifySettings(
+        cfg.verify_attempts,
+        cfg.verify_greedy,
+        rollout.temperature,
+        rollout.max_new_tokens,
+        EpisodeLimits(rollout.max_replies, rollout.max_context_tokens),
+        cfg.contamination_jaccard,
+        round_seed(ctx.config.run.seed, round_, purpose),
+    )
+
+
+def exploration_lineage(explorations: list[dict]) -> dict[str, dict]:
+    return {
+        x["exploration_id"]: {
+            "signal_id": x["signal_id"],
+            "trajectory_id": x["trajectory_id"],
+            "signal_kind": x["kind"],
+        }
+        for x in explorations
+    }
+
+
+def _inputs(ctx: RunContext, round_: int) -> dict[str, str]:
+    return {
+        "candidates": ctx.store.completed(round_, "abstract").content_hash(),
+        "policy": ctx.policy_after(round_ - 1)[0],
+    }
+
+
+def compute_verify(ctx: RunContext, round_: int, key: str) -> StageResult:
+    candidates = ctx.store.read(round_, "abstract", "candidates").to_pylist()
+    lineage = exploration_lineage(ctx.store.read(round_, "explore", "explorations").to_pylist())
+    policy = ctx.use_policy(round_ - 1)
+    artifacts = verify_candidates(
+        policy,
+        ctx.make_env,
+        candidates,
+        held_out_tasks(ctx),
+        lineage,
+        settings_of(ctx, round_),
+        run=ctx.run,
+        round_=round_,
+    )
+    outcomes = [r["outcome"] for r in artifacts["verifications"]]
+    return StageResult(artifacts, {o: outcomes.count(o) for o in ("accept", "retain", "discard")})
+
+
+VERIFY = StageDef("verify", 1, ("evolve", "env", "rollout", "eval", "run"), _inputs, compute_verify)

@@ -1,0 +1,437 @@
+"""Data-evolution phases on the real tool world with a scripted teacher: every outcome, as rows.
+
+explore (ok / unparsable / invalid / error), triples (replayed state digests), abstract (ok /
+unparsable / invalid / duplicate), verify (accept / retain / discard for zero reward, replay failure, no
+effect, unsolvable, contamination) and merge (admission and weights).
+"""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+import envs
+from envs.base import Task, ToolCall
+from envs.replay import replay_reference
+from stages.abstract import Group, abstract_groups, build_groups, jaccard, solution_signature
+from stages.explore import Target, exploration_artifacts, explore, select_signals
+from stages.merge import admitted_tasks, merge_dataset
+from stages.triples import build_triples, group_id
+from stages.verify import VerifySettings, candidate_task, verify_candidates
+from tests.fakes.teacher import OracleEngine, ScriptedTeacher
+
+ENV_OPTIONS = {"seed": 0, "n_train": 40, "n_test": 8, "n_heldout": 8}
+
+
+def make_env():
+    return envs.make("toolworld", **ENV_OPTIONS)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    from llm.models import resolve_model
+
+    return AutoTokenizer.from_pretrained(resolve_model("tiny-random-llama"))
+
+
+@pytest.fixture(scope="module")
+def world():
+    env = make_env()
+    return SimpleNamespace(train=env.tasks("train"), test=env.tasks("test"))
+
+
+def family(tasks: list[Task], name: str) -> Task:
+    return next(t for t in tasks if t.family == name)
+
+
+# --- explore ------------------------------------------------------------------------------------
+
+VALID = json.dumps(
+    {"tools": ["get_balance", "teleport"], "apps": ["bank"], "diagnosis": "d", "plan": "read, then act"}
+)
+
+
+@pytest.fixture(scope="module")
+def explored(tokenizer, world):
+    tasks = [
+        family(world.train, f)
+        for f in ("bank_balance", "send_message", "balance_then_transfer", "file_lookup", "write_note")
+    ]
+    broken = tasks[0].model_copy(update={"id": "broken", "turns": []})
+    targets = [Target(f"x{i}", t, "boundary", f"s{i}", f"t{i}") for i, t in enumerate([*tasks, broken])]
+    teacher = ScriptedTeacher(
+        tokenizer,
+        world.train,
+        reflections=[
+            VALID,
+            VALID,
+            VALID,
+            "I think the agent should try harder.",
+            '{"tools": ["get_balance"]}',
+        ],
+    )
+    explorations = explore(teacher, make_env, targets, rounds=2, steps=6, seed=0)
+    artifacts = exploration_artifacts(explorations, run="t", round_=3, teacher=teacher.version)
+    return SimpleNamespace(targets=targets, explorations=explorations, artifacts=artifacts, teacher=teacher)
+
+
+def test_explore_records_every_reflection_outcome(explored):
+    rows = {r["exploration_id"]: r for r in explored.artifacts["explorations"]}
+    assert [rows[f"x{i}"]["status"] for i in range(6)] == ["ok", "ok", "ok", "unparsable", "invalid", "error"]
+    assert (
+        rows["x3"]["reflection"] == "I think the agent should try harder." and rows["x3"]["context"] is None
+    )
+    assert rows["x3"]["reason"] == "no JSON object in the reply"
+    assert rows["x4"]["reason"] == "the context has no 'plan' text"
+    assert "no user turns" in rows["x5"]["reason"] and rows["x5"]["reflection"] is None
+    context = json.loads(rows["x0"]["context"])
+    assert context["tools"] == ["get_balance"] and context["unknown_tools"] == ["teleport"]
+    assert [len(json.loads(rows[f"x{i}"]["trajectory_ids"])) for i in range(6)] == [2, 2, 2, 0, 0, 0]
+    # the reflection prompt showed the task; the episodes ran under the context, from the task's state
+    assert explored.targets[0].task.turns[0] in explored.teacher.prompts[0]
+    trajectories = explored.artifacts["trajectories"]
+    assert {t["source"] for t in trajectories} == {"explore"} and len(trajectories) == 6
+    first = json.loads(trajectories[0]["messages"])
+    assert first[0]["role"] == "system" and "read, then act" in first[0]["content"]
+    assert all(t["success"] for t in trajectories)  # the oracle explorer solves the task it starts from
+
+
+def test_select_signals_orders_by_kind_then_newest_and_dedupes_tasks():
+    signals = [
+        {"signal_id": "a", "kind": "rare", "task_id": "t1", "trajectory_round": 5},
+        {"signal_id": "b", "kind": "boundary", "task_id": "t1", "trajectory_round": 3},
+        {"signal_id": "c", "kind": "boundary", "task_id": "t2", "trajectory_round": 4},
+        {"signal_id": "d", "kind": "forgetting", "task_id": "t3", "trajectory_round": 2},
+        {"signal_id": "e", "kind": "boundary", "task_id": "t4", "trajectory_round": 4},
+    ]
+    chosen = select_signals(signals, ("forgetting", "boundary", "rare"), 3)
+    assert [s["signal_id"] for s in chosen] == ["d", "c", "e"]
+    assert [s["signal_id"] for s in select_signals(signals, ("rare", "boundary"), 10)] == ["a", "c", "e"]
+
+
+# --- triples ------------------------------------------------------------------------------------
+
+
+def test_triples_replay_digests_call_by_call(explored):
+    tasks = {t.task.id: t.task for t in explored.targets}
+    triples = build_triples(make_env, explored.artifacts["explorations"], explored.artifacts["steps"], tasks)
+    by_exploration: dict[str, list[dict]] = {}
+    for row in triples:
+        by_exploration.setdefault(row["exploration_id"], []).append(row)
+    assert set(by_exploration) == {"x0", "x1", "x2"}  # no episodes, no triples
+    assert [r["changed"] for r in by_exploration["x0"]] == [False, False]  # get_balance reads, twice (R=2)
+    assert [r["changed"] for r in by_exploration["x1"]] == [True, True]  # send_message writes
+    chain = [
+        r for r in by_exploration["x2"] if r["trajectory_id"] == by_exploration["x2"][0]["trajectory_id"]
+    ]
+    assert [(r["tool"], r["turn"], r["changed"]) for r in chain] == [
+        ("get_balance", 0, False),
+        ("transfer", 1, True),
+        ("get_balance", 1, False),
+    ]
+    assert (
+        chain[0]["state_after"] == chain[1]["state_before"]
+        and chain[1]["state_after"] == chain[2]["state_before"]
+    )
+    assert {r["group_id"] for r in by_exploration["x2"]} == {group_id("x2")}
+    assert all(r["ok"] for r in triples)
+
+
+def test_triples_split_a_multi_call_reply(world):
+    task = family(world.train, "bank_balance")
+    account = next(iter(task.initial_state["bank"]["accounts"]))
+    other = [a for a in task.initial_state["bank"]["accounts"] if a != account][0]
+    reply = "two calls"
+    steps = [
+        {
+            "step": 0,
+            "call_index": 0,
+            "turn": 0,
+            "kind": "call",
+            "tool": "get_balance",
+            "ok": True,
+            "reply": reply,
+            "arguments": json.dumps({"account_id": account}),
+            "observation": "r",
+            "trajectory_id": "tr",
+        },
+        {
+            "step": 0,
+            "call_index": 1,
+            "turn": 0,
+            "kind": "call",
+            "tool": "transfer",
+            "ok": True,
+            "reply": reply,
+            "arguments": json.dumps({"from_account": account, "to_account": other, "amount": 1.0}),
+            "observation": "r",
+            "trajectory_id": "tr",
+        },
+    ]
+    x = {"exploration_id": "x", "task_id": task.id, "trajectory_ids": json.dumps(["tr"])}
+    rows = build_triples(make_env, [x], steps, {task.id: task})
+    assert [r["changed"] for r in rows] == [False, True]
+    assert rows[0]["state_after"] == rows[1]["state_before"]
+
+
+# --- abstract -----------------------------------------------------------------------------------
+
+
+def _group(task: Task, calls: list[tuple[str, dict]], gid: str) -> Group:
+    env = make_env()
+    env.reset(task)
+    observed = []
+    for name, arguments in calls:
+        result = env.step([ToolCall(name=name, arguments=arguments)])
+        observed.append({"tool": name, "arguments": arguments, "observation": result.messages[0]["content"]})
+    return Group(gid, f"x-{gid}", task, observed)
+
+
+def test_abstract_rows_cover_ok_unparsable_invalid_and_duplicate(tokenizer, world):
+    bank = family(world.train, "bank_balance")
+    account, info = next(iter(bank.initial_state["bank"]["accounts"].items()))
+    balance = f"{info['balance']:.2f}"
+    g1 = _group(bank, [("get_balance", {"account_id": account})], "g1")
+    g2 = _group(family(world.train, "send_message"), [], "g2")  # nothing succeeded
+    g3 = _group(bank, [("get_balance", {"account_id": account})], "g3")
+    ok = {
+        "intent": "read",
+        "query": f"What is the balance of account {account}?",
+        "solution": [0],
+        "answers": [balance],
+    }
+    reply_1 = json.dumps(
+        [
+            ok,
+            {**ok, "query": f"What is the balance of the account {account}?"},  # near-duplicate (Jaccard 0.9)
+            {"query": "", "solution": [0]},
+            {"query": "Move money", "solution": [{"name": "transfer", "arguments": {"amount": 5}}]},
+            {"query": "Out of range", "solution": [3]},
+            {"query": bank.turns[0], "solution": [0], "answers": [balance]},  # duplicate of the dataset task
+            {"query": "Sixth", "solution": [0]},
+        ]
+    )
+    scripted = {"g1": "Here are the tasks:\n" + reply_1, "g3": "Sorry, I cannot produce tasks."}
+    teacher = ScriptedTeacher(
+        tokenizer,
+        [],
+        abstractions=lambda prompt: scripted[
+            "g1" if "OBSERVED CALLS" in prompt and len(teacher.prompts) == 1 else "g3"
+        ],
+    )
+    rows = abstract_groups(
+        teacher,
+        make_env,
+        [g1, g2, g3],
+        env="toolworld",
+        max_tasks=6,
+        duplicate_jaccard=0.8,
+        existing=[bank],
+        seed=0,
+    )
+    got = [(r["group_id"], r["status"], r["reason"]) for r in rows]
+    assert got == [
+        ("g1", "ok", None),
+        ("g1", "duplicate", f"near-duplicate of {rows[0]['candidate_id']}"),
+        ("g1", "invalid", "'query' must be non-empty text"),
+        ("g1", "invalid", 'solution call transfer({"amount": 5.0}) was not observed'),
+        ("g1", "invalid", "solution item 3 is neither an observed call index nor a call"),
+        ("g1", "duplicate", f"near-duplicate of {bank.id}"),
+        ("g1", "invalid", "more than 6 tasks per group"),
+        ("g2", "invalid", "no successful call in the group"),
+        ("g3", "unparsable", "no JSON array in the reply"),
+    ]
+    first = rows[0]
+    assert json.loads(first["solution"]) == [{"name": "get_balance", "arguments": {"account_id": account}}]
+    assert json.loads(first["answers"]) == [balance] and first["raw_reply"] == scripted["g1"]
+    assert rows[-1]["raw_reply"] == scripted["g3"]
+    assert len({r["candidate_id"] for r in rows}) == len(rows)
+    again = abstract_groups(
+        ScriptedTeacher(tokenizer, [], abstractions=[reply_1]),
+        make_env,
+        [g1],
+        env="toolworld",
+        max_tasks=6,
+        duplicate_jaccard=0.8,
+        existing=[],
+        seed=0,
+    )
+    assert again[0]["candidate_id"] == first["candidate_id"]  # content hash: same content, same id
+
+
+def test_similarity_helpers():
+    assert (
+        solution_signature([{"name": "f", "arguments": {"b": " X  Y", "a": 1}}])
+        == 'f({"a": 1.0, "b": "x y"})'
+    )
+    assert jaccard("What is the balance of SAV-2?", "what is THE balance of sav-2") == 1.0
+    assert jaccard("a b", "c d") == 0.0
+
+
+# --- verify -------------------------------------------------------------------------------------
+
+
+def candidate(
+    task: Task, query: str, calls: list[dict], answers: list[str], cid: str, status: str = "ok"
+) -> dict:
+    return {
+        "candidate_id": cid,
+        "group_id": f"g-{cid}",
+        "exploration_id": "x-signal",
+        "task_id": task.id,
+        "env": "toolworld",
+        "status": status,
+        "query": query,
+        "solution": json.dumps(calls),
+        "answers": json.dumps(answers),
+        "initial_state": json.dumps(task.initial_state),
+    }
+
+
+@pytest.fixture(scope="module")
+def verified(tokenizer, world):
+    bank, messages = family(world.train, "bank_balance"), family(world.train, "send_message")
+    (acc_a, a), (acc_b, b) = list(bank.initial_state["bank"]["accounts"].items())[:2]
+    contact = next(iter(messages.initial_state["messages"]["contacts"]))
+    held = family(world.test, "send_message")
+    rows = [
+        candidate(
+            bank,
+            f"What is the balance of {acc_a}?",
+            [{"name": "get_balance", "arguments": {"account_id": acc_a}}],
+            [f"{a['balance']:.2f}"],
+            "accept",
+        ),
+        candidate(
+            bank,
+            f"How much is in {acc_b}?",
+            [{"name": "get_balance", "arguments": {"account_id": acc_b}}],
+            [f"{b['balance']:.2f}"],
+            "retain",
+        ),
+        candidate(
+            messages,
+            f"Text {contact}: 'see you at noon'",
+            [{"name": "send_message", "arguments": {"to": contact, "text": "see you at noon"}}],
+            [],
+            "zero",
+        ),
+        candidate(
+            bank,
+            f"Read {acc_a}.",
+            [{"name": "get_balance", "arguments": {"account_id": acc_a}}],
+            [],
+            "noeffect",
+        ),
+        candidate(
+            messages,
+            f"Thank {contact}.",
+            [{"name": "send_message", "arguments": {"to": contact, "text": "Thanks a lot"}}],
+            [],
+            "unsolvable",
+        ),
+        candidate(bank, "Teleport me.", [{"name": "teleport", "arguments": {}}], [], "badcall"),
+        candidate(
+            held, held.turns[0] + " Please.", [c.model_dump() for c in held.solution[0]], [], "contaminated"
+        ),
+        candidate(bank, "ignored", [], [], "unparsable", status="unparsable"),
+    ]
+    known = candidate_task(rows[0])
+    policy = SimpleNamespace(engine=OracleEngine(tokenizer, [known]), version="policy-v1")
+    from llm.chat import ChatFormat
+
+    policy.chat = ChatFormat(tokenizer)
+    lineage = {"x-signal": {"signal_id": "sig-1", "trajectory_id": "traj-1", "signal_kind": "boundary"}}
+    out = verify_candidates(
+        policy, make_env, rows, world.test, lineage, VerifySettings(attempts=2), run="t", round_=3
+    )
+    return SimpleNamespace(
+        rows=rows, out=out, by_candidate={v["candidate_id"]: v for v in out["verifications"]}
+    )
+
+
+def test_verify_outcomes(verified):
+    v = verified.by_candidate
+    assert set(v) == {"accept", "retain", "zero", "noeffect", "unsolvable", "badcall", "contaminated"}
+    assert (v["accept"]["outcome"], v["accept"]["reward"], v["accept"]["success"]) == ("accept", 1.0, True)
+    assert v["retain"]["outcome"] == "retain" and 0 < v["retain"]["reward"] < 0.5
+    assert (v["zero"]["outcome"], v["zero"]["reward"]) == ("discard", 0.0)
+    assert v["zero"]["reason"] == "the policy failed with zero reward (2 attempts)"
+    assert v["noeffect"]["reason"].startswith("no effect")
+    assert v["unsolvable"]["reason"].startswith("unsolvable: argument Thanks a lot of send_message")
+    assert v["badcall"]["reason"].startswith("replay: reference call teleport() failed")
+    assert v["contaminated"]["reason"].startswith("contamination: near-duplicate of held-out task")
+    for name in ("noeffect", "unsolvable", "badcall", "contaminated"):
+        assert v[name]["outcome"] == "discard" and v[name]["attempts"] == 0 and v[name]["task"] is None
+
+
+def test_verify_admits_a_task_with_checker_lineage_and_attempt_trajectories(verified, world):
+    row = verified.by_candidate["accept"]
+    task = json.loads(row["task"])
+    checker = json.loads(row["checker"])
+    assert (
+        row["task_id"] == task["task_id"]
+        and task["source"] == "synthesized"
+        and task["split"] == "synthesized"
+    )
+    assert set(checker) == {"final_state", "answers"}
+    assert checker["answers"] == [json.loads(verified.rows[0]["answers"])]
+    assert json.loads(task["lineage"]) == {
+        "signal_id": "sig-1",
+        "trajectory_id": "traj-1",
+        "signal_kind": "boundary",
+        "exploration_id": "x-signal",
+        "group_id": "g-accept",
+        "candidate_id": "accept",
+        "verification_id": row["verification_id"],
+    }
+    assert row["expected_digest"]
+    trajectories = verified.out["trajectories"]
+    assert {t["source"] for t in trajectories} == {"verify"} and len(
+        trajectories
+    ) == 3 * 2  # 3 attempted, K=2
+    # the admitted task is scored by its verifiable checker like any task
+    from stages.datasets import task_from_row
+
+    synthesized = task_from_row({**task})
+    assert replay_reference(make_env(), synthesized).success
+    env = make_env()
+    env.reset(synthesized)
+    env.step("I have no idea.")
+    assert not env.evaluate().success
+
+
+# --- merge --------------------------------------------------------------------------------------
+
+
+def test_merge_admits_configured_outcomes_once_with_weights(verified):
+    verifications = verified.out["verifications"]
+    both = admitted_tasks(verifications, ("accept", "retain"), known=set())
+    only = admitted_tasks(verifications, ("accept",), known=set())
+    assert [t["task_id"] for t in only] == [verified.by_candidate["accept"]["task_id"]]
+    assert len(both) == 2
+    assert (
+        admitted_tasks(verifications + verifications, ("accept", "retain"), known={only[0]["task_id"]})
+        == both[1:]
+    )
+    unlinked = {**both[1], "lineage": json.dumps({"exploration_id": "x"})}
+    previous = [{"task_id": "seed", "weight": 2.0, "added_round": 0}]
+    rows = merge_dataset(previous, [both[0], unlinked], version=4, signal_weight=3.0)
+    assert rows == [
+        {"task_id": "seed", "weight": 2.0, "added_round": 0, "dataset_version": 4},
+        {"dataset_version": 4, "task_id": both[0]["task_id"], "weight": 3.0, "added_round": 4},
+        {"dataset_version": 4, "task_id": unlinked["task_id"], "weight": 1.0, "added_round": 4},
+    ]
+
+
+def test_groups_collect_distinct_ok_calls_in_order(explored):
+    tasks = {t.task.id: t.task for t in explored.targets}
+    triples = build_triples(make_env, explored.artifacts["explorations"], explored.artifacts["steps"], tasks)
+    groups = build_groups(triples, {t.exploration_id: t.task for t in explored.targets})
+    by_id = {g.exploration_id: g for g in groups}
+    assert [c["tool"] for c in by_id["x2"].calls] == ["get_balance", "transfer", "get_balance"]
+    assert len(by_id["x0"].calls) == 1  # the same read in both rounds shows once

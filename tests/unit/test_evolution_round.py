@@ -1,0 +1,220 @@
+"""The evolution stages through the stage runner: signals over a ledger, one evolving round end to end
+(with a scripted teacher and an oracle policy), the lineage join in DuckDB, caching, the round plan and
+the exploration bootstrap of D_0."""
+
+from __future__ import annotations
+
+import json
+import time
+from types import SimpleNamespace
+
+import pytest
+
+import stages.teacher
+from flows.config import load_config
+from stages.bootstrap import BOOTSTRAP
+from stages.datasets import dataset_source, load_dataset, load_tasks
+from stages.policy import base_version
+from stages.registry import EVOLUTION, round_plan
+from stages.rollout import ROLLOUT
+from stages.runner import run_stage
+from stages.signals_stage import SIGNALS
+from storage.catalog import query
+from storage.manifest import Manifest
+from tests.conftest import CONFIGS
+from tests.fakes.teacher import OracleEngine, ScriptedTeacher
+
+LINEAGE_SQL = """
+SELECT s.signal_id, s.kind, s.trajectory_id AS signal_trajectory, e.exploration_id, g.group_id,
+       c.candidate_id, v.verification_id, v.outcome, t.task_id, later.trajectory_id AS later_trajectory
+FROM signals s
+JOIN explorations e ON e.signal_id = s.signal_id
+JOIN (SELECT DISTINCT exploration_id, group_id FROM triples) g ON g.exploration_id = e.exploration_id
+JOIN candidates c ON c.group_id = g.group_id
+JOIN verifications v ON v.candidate_id = c.candidate_id
+JOIN tasks t ON t.task_id = v.task_id AND t.source = 'synthesized'
+LEFT JOIN trajectories later ON later.task_id = t.task_id AND later.source = 'verify'
+WHERE json_extract_string(t.lineage, '$.signal_id') = s.signal_id
+"""
+
+
+def config(*overrides: str):
+    return load_config(CONFIGS / "test-tiny.yaml", ["evolve.every=1", "evolve.explore_rounds=1", *overrides])
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    from llm.models import resolve_model
+
+    return AutoTokenizer.from_pretrained(resolve_model("tiny-random-llama"))
+
+
+def fake_context(cfg, tmp_path, tokenizer, monkeypatch, *, solve="alternate"):
+    """A RunContext whose policy is an oracle engine and whose teacher is scripted."""
+    from llm.chat import ChatFormat
+    from stages.context import RunContext
+
+    ctx = RunContext.create(cfg, "evo", tmp_path, quiet=True)
+    train = ctx.env_tasks("train")
+    policy = SimpleNamespace(
+        engine=OracleEngine(tokenizer, train, solve=solve),
+        chat=ChatFormat(tokenizer),
+        version=base_version(cfg.model),
+        tokenizer=tokenizer,
+    )
+    ctx.use_policy = lambda round_: policy  # type: ignore[method-assign]
+    monkeypatch.setattr(stages.teacher, "make_teacher", lambda ctx, round_: ScriptedTeacher(tokenizer, train))
+    return ctx
+
+
+# --- signals over a ledger ----------------------------------------------------------------------
+
+
+def _write_rollout(ctx, round_: int, rewards: dict[str, list[float]]) -> None:
+    trajectories, steps = [], []
+    for task, values in rewards.items():
+        for sample, reward in enumerate(values):
+            tid = f"{task}-r{round_}-s{sample}"
+            trajectories.append(
+                {
+                    "trajectory_id": tid,
+                    "source": "rollout",
+                    "task_id": task,
+                    "group_id": f"{task}-{round_}",
+                    "sample": sample,
+                    "policy_version": "p",
+                    "reward": reward,
+                    "success": reward >= 0.5,
+                    "finish": "done",
+                    "error": None,
+                    "num_turns": 1,
+                    "num_steps": 1,
+                    "num_tool_calls": 1,
+                    "num_tool_errors": 0,
+                    "prompt_tokens": 1,
+                    "completion_tokens": 1,
+                    "messages": "[]",
+                    "eval_details": "{}",
+                }
+            )
+            steps.append(
+                {
+                    "trajectory_id": tid,
+                    "source": "rollout",
+                    "task_id": task,
+                    "step": 0,
+                    "turn": 0,
+                    "call_index": 0,
+                    "kind": "call",
+                    "tool": "get_balance",
+                    "arguments": "{}",
+                    "ok": True,
+                    "observation": "",
+                    "reply": "",
+                }
+            )
+    manifest = Manifest("rollout", ctx.run, round_, f"key-{round_}", 1, started_at=time.time())
+    manifest.artifacts["trajectories"] = ctx.store.write(round_, "rollout", "trajectories", trajectories)
+    manifest.artifacts["steps"] = ctx.store.write(round_, "rollout", "steps", steps)
+    ctx.store.write_manifest(manifest.finish())
+
+
+def test_signals_stage_marks_every_round_since_the_last_evolution(tmp_path):
+    from stages.context import RunContext
+
+    ctx = RunContext.create(
+        config("evolve.every=2", "evolve.kinds=[forgetting, boundary]"), "led", tmp_path, quiet=True
+    )
+    _write_rollout(ctx, 0, {"a": [1, 1], "b": [0, 0]})
+    _write_rollout(ctx, 1, {"a": [0, 0], "c": [1, 0]})  # a forgotten, c on the boundary
+    _write_rollout(ctx, 2, {"b": [1, 0]})  # b on the boundary
+    record = run_stage(SIGNALS, ctx, 2)
+    rows = ctx.store.read(2, "signals", "signals").to_pylist()
+    got = sorted((r["kind"], r["trajectory_id"], r["trajectory_round"]) for r in rows)
+    assert got == [
+        ("boundary", "b-r2-s0", 2),
+        ("boundary", "b-r2-s1", 2),
+        ("boundary", "c-r1-s0", 1),
+        ("boundary", "c-r1-s1", 1),
+        ("forgetting", "a-r1-s0", 1),
+        ("forgetting", "a-r1-s1", 1),
+    ]
+    assert record.manifest.outputs == {"signals": 6, "forgetting_signals": 2, "boundary_signals": 4}
+    assert {r["round"] for r in rows} == {2}
+    assert run_stage(SIGNALS, ctx, 2).cached
+    _write_rollout(ctx, 1, {"a": [0, 0]})  # a changed ledger recomputes
+    assert not run_stage(SIGNALS, ctx, 2).cached
+
+
+# --- one evolving round -------------------------------------------------------------------------
+
+
+def test_round_plan_runs_evolution_every_f_rounds():
+    names = [s.name for s in round_plan(config("evolve.every=2"), 1)]
+    assert names == [
+        "rollout",
+        "signals",
+        "explore",
+        "triples",
+        "abstract",
+        "verify",
+        "merge",
+        "grpo_update",
+        "evaluate",
+    ]
+    assert "signals" not in [s.name for s in round_plan(config("evolve.every=2"), 0)]
+    assert "signals" not in [s.name for s in round_plan(config("evolve.every=0"), 0)]
+
+
+def test_an_evolving_round_grows_the_dataset_with_lineage(tmp_path, tokenizer, monkeypatch):
+    ctx = fake_context(config(), tmp_path, tokenizer, monkeypatch)
+    for stage in (BOOTSTRAP, ROLLOUT, *EVOLUTION):
+        run_stage(stage, ctx, 0)
+    outputs = {s.name: ctx.store.manifest(0, s.name).outputs for s in EVOLUTION}
+    assert outputs["signals"]["boundary_signals"] > 0
+    assert outputs["explore"]["contexts"] == outputs["explore"]["explorations"] > 0
+    assert outputs["abstract"]["ok"] > 0
+    assert outputs["merge"]["added_tasks"] > 0
+
+    before, after = load_dataset(ctx, 0), load_dataset(ctx, 1)
+    assert dataset_source(ctx, 1) == (0, "merge")
+    assert after.num_rows == before.num_rows + outputs["merge"]["added_tasks"]
+    assert set(before.column("task_id").to_pylist()) < set(after.column("task_id").to_pylist())
+    assert set(after.column("dataset_version").to_pylist()) == {1}
+    new_ids = [
+        t for t in after.column("task_id").to_pylist() if t not in set(before.column("task_id").to_pylist())
+    ]
+    new = load_tasks(ctx, new_ids, 1)
+    assert {t.source for t in new} == {"synthesized"} and all("final_state" in t.checker for t in new)
+    assert all(
+        {"signal_id", "exploration_id", "candidate_id", "verification_id"} <= set(t.lineage) for t in new
+    )
+
+    lineage = query(tmp_path, LINEAGE_SQL).to_pylist()
+    assert {row["task_id"] for row in lineage} == set(new_ids)
+    assert all(row["later_trajectory"] for row in lineage)
+
+    # re-running the round recomputes nothing
+    assert all(run_stage(stage, ctx, 0).cached for stage in (BOOTSTRAP, ROLLOUT, *EVOLUTION))
+
+
+def test_bootstrap_explores_to_extend_d0(tmp_path, tokenizer, monkeypatch):
+    cfg = config("dataset.max_tasks=3", "dataset.bootstrap_tasks=2", "evolve.max_explorations=3")
+    ctx = fake_context(cfg, tmp_path, tokenizer, monkeypatch, solve="never")
+    record = run_stage(BOOTSTRAP, ctx, 0)
+    out = record.manifest.outputs
+    assert (out["seed_tasks"], out["synthesized_tasks"], out["dataset_size"]) == (3, 2, 5)
+    assert {"explorations", "triples", "candidates", "verifications", "trajectories"} <= set(
+        record.manifest.artifacts
+    )
+    explorations = ctx.store.read(0, "bootstrap", "explorations").to_pylist()
+    assert {x["kind"] for x in explorations} == {"bootstrap"} and all(
+        x["signal_id"] is None for x in explorations
+    )
+    rows = [r for r in ctx.store.read(0, "bootstrap", "tasks").to_pylist() if r["source"] == "synthesized"]
+    assert len(rows) == 2 and all("signal_id" not in json.loads(r["lineage"]) for r in rows)
+    # unguided: the episodes opened with the generic request, not the seed task's own
+    first = json.loads(ctx.store.read(0, "bootstrap", "trajectories").to_pylist()[0]["messages"])
+    assert first[1]["content"].startswith("Explore the tools")
