@@ -28,6 +28,7 @@ RootOption = Annotated[Path | None, typer.Option("--root", help="Storage root (d
 
 
 def _fail(message: str) -> None:
+    """One paragraph on stderr, then exit 2 (bad input or state, never a traceback)."""
     typer.secho(f"error: {message}", fg="red", err=True)
     raise typer.Exit(2)
 
@@ -46,31 +47,72 @@ def _quiet_libraries() -> None:
     hf_logging.disable_progress_bar()
 
 
+def _user_errors() -> tuple[type[Exception], ...]:
+    """Exceptions that mean bad input or state (config, run, artifacts), shown as one paragraph."""
+    from flows.config import ConfigError
+    from flows.runs import RunError
+    from storage.parquet import ArtifactError
+
+    return ConfigError, RunError, ArtifactError
+
+
+def _require_prefect_api(command: str) -> None:
+    from flows.serve import api_problem
+
+    problem = api_problem(required=command == "serve")
+    if problem:
+        _fail(problem)
+
+
 @app.command()
 def run(
-    config: Annotated[Path, typer.Argument(help="YAML run config, e.g. configs/toolworld-smollm2.yaml.")],
+    config: Annotated[Path | None, typer.Argument(
+        help="YAML run config, e.g. configs/toolworld-smollm2.yaml (default: the saved config of --run).")] = None,
     rounds: Annotated[int | None, typer.Option(help="Total rounds the run should have (default: run.rounds).")] = None,
+    more: Annotated[int | None, typer.Option(help="Run this many rounds beyond the completed ones.")] = None,
     run_name: Annotated[str | None, typer.Option("--run", help="Run name (default: run.name).")] = None,
+    force: Annotated[bool, typer.Option(
+        help="Recompute every stage; also accepts a config that changes the run's model or environment.")] = False,
     overrides: Overrides = None,
     root: RootOption = None,
 ) -> None:
-    """Run or continue a CoEvolve run in-process (the `coevolve` Prefect flow on an ephemeral API)."""
-    from flows.config import ConfigError, load_config
-
-    try:
-        cfg = load_config(config, overrides or [])
-    except ConfigError as exc:
-        _fail(str(exc))
+    """Run or continue a CoEvolve run in-process (the `coevolve` Prefect flow; ephemeral API unless
+    PREFECT_API_URL points to a server)."""
     if root is not None:
         os.environ["COEVOLVE_HOME"] = str(root)
+    from flows.runs import resolve_run
+
+    try:  # check config and run before paying for torch and Prefect
+        cfg, name, _ = resolve_run(config, run_name, overrides or [], force=force)
+    except _user_errors() as exc:
+        _fail(str(exc))
+    _require_prefect_api("run")
     _quiet_libraries()
     from flows.coevolve import coevolve
 
-    result = coevolve(str(config), run=run_name or cfg.run.name, rounds=rounds, overrides=overrides or [])
+    try:
+        result = coevolve(None if config is None else str(config), run=name, rounds=rounds,
+                          overrides=overrides or [], more=more, force=force)
+    except _user_errors() as exc:
+        _fail(str(exc))
     typer.echo(f"\nrun '{result['run']}' is in {result['root']}/run={result['run']}/")
     typer.echo(f"catalog: {result['root']}/catalog.duckdb (open it with any DuckDB client), or try:")
     typer.echo('  coevolve sql "SELECT round, source, count(*) AS episodes, avg(reward) AS reward, '
                'avg(success::INT) AS success FROM trajectories GROUP BY ALL ORDER BY round, source"')
+
+
+@app.command()
+def serve(
+    name: Annotated[str, typer.Option(help="Deployment name: the flow is served as coevolve/NAME.")] = "round",
+    limit: Annotated[int | None, typer.Option(help="At most this many flow runs at once.")] = 1,
+) -> None:
+    """Serve the `coevolve` flow as deployment coevolve/NAME from this process (needs a Prefect server:
+    PREFECT_API_URL). Trigger it with `prefect deployment run coevolve/round -p config=... -p more=1`."""
+    _require_prefect_api("serve")
+    _quiet_libraries()
+    from flows.serve import serve_deployment
+
+    serve_deployment(name, limit=limit)
 
 
 @app.command()
@@ -79,31 +121,66 @@ def stage(
     run_name: Annotated[str, typer.Option("--run", help="Run name.")],
     round_: Annotated[int, typer.Option("--round", help="Round number.")],
     force: Annotated[bool, typer.Option(help="Recompute even if the cache key matches.")] = False,
-    overrides: Overrides = None,
+    overrides: Annotated[list[str] | None, typer.Option(
+        "--set", help="Config override KEY=VALUE (repeatable), saved into the run's config.yaml.")] = None,
     root: RootOption = None,
 ) -> None:
-    """Re-run one stage of a run from its cached inputs (reports 'cached' when nothing changed)."""
-    from flows.config import ConfigError, load_config
-    from stages.context import RunContext
-    from stages.registry import get_stage
-    from stages.runner import run_stage
-    from storage.layout import RunLayout
-    from storage.parquet import ArtifactError
+    """Re-run one stage of a run from its cached inputs (reports 'cached' when nothing changed).
 
-    _quiet_libraries()
+    `--set` changes the run's saved config (so the flow and later stages use it too); stages whose
+    config sections it touches recompute when they next run."""
+    from flows.runs import check_round
+    from stages.registry import get_stage
+    from storage.layout import RunLayout
+
     layout = RunLayout(_root(root), run_name)
     if not layout.config_path.exists():
-        _fail(f"no run '{run_name}' under {layout.root} ({layout.config_path} missing); see `coevolve runs`")
+        _fail(f"no run '{run_name}' under {layout.root} ({layout.config_path} missing). List runs with "
+              f"`coevolve runs`, or start this one with `coevolve run CONFIG --run {run_name}`.")
     try:
         stage_def = get_stage(name)
-        cfg = load_config(layout.config_path, overrides or [])
+    except ValueError as exc:
+        _fail(f"{exc}. {_did_you_mean(name)}")
+    try:
+        check_round(layout, round_)
+        cfg = _stage_config(layout, overrides or [], force=force)
+        _quiet_libraries()
+        from stages.context import RunContext
+        from stages.runner import run_stage
+
         record = run_stage(stage_def, RunContext.create(cfg, run_name, layout.root), round_, force=force)
-    except (ConfigError, ArtifactError, ValueError) as exc:
+    except _user_errors() as exc:
         _fail(str(exc))
     state = "cached" if record.cached else f"computed in {record.manifest.seconds:.1f} s"
     typer.echo(f"{name} round {round_}: {state}; key {record.manifest.key}")
     for ref in record.manifest.artifacts.values():
         typer.echo(f"  {ref.name}: {ref.rows} rows -> {ref.path}")
+
+
+def _did_you_mean(name: str) -> str:
+    import difflib
+
+    from stages.registry import STAGES
+
+    close = difflib.get_close_matches(name, list(STAGES), n=1)
+    return f"Did you mean `{close[0]}`?" if close else "See `coevolve stage --help`."
+
+
+def _stage_config(layout, overrides: list[str], *, force: bool):
+    """The run's saved config; overrides are validated, then saved into it (with a note)."""
+    from flows.config import load_config
+    from flows.runs import check_compatible, persist_overrides
+
+    before = load_config(layout.config_path)
+    if not overrides:
+        return before
+    if not force:
+        check_compatible(layout, load_config(layout.config_path, overrides), config_source="--set")
+    cfg = persist_overrides(layout, overrides)
+    if cfg != before:
+        typer.echo(f"note: saved {', '.join(overrides)} into {layout.config_path}; the flow and later stages "
+                   f"of run '{layout.run}' use it (`coevolve run --run {layout.run}` continues with it)")
+    return cfg
 
 
 @app.command()
@@ -112,7 +189,8 @@ def sql(
     format_: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
     root: RootOption = None,
 ) -> None:
-    """Query every run with DuckDB (views over the Parquet artifacts, with run/round/stage columns)."""
+    """Query every run with DuckDB (views over the Parquet artifacts, with run/round/stage columns;
+    see docs/sql.md)."""
     import duckdb
 
     from storage.catalog import query as run_query
@@ -122,7 +200,9 @@ def sql(
     try:
         table = run_query(_root(root), query)
     except duckdb.Error as exc:
-        _fail(f"{exc}".strip())
+        from flows.render import explain_query_error
+
+        _fail(explain_query_error(exc, _root(root)))
     from flows.render import print_table
 
     print_table(table, format_)
@@ -134,6 +214,32 @@ def runs(root: RootOption = None) -> None:
     from flows.render import print_runs
 
     print_runs(_root(root))
+
+
+@app.command()
+def show(
+    kind: Annotated[str, typer.Argument(help="task or trajectory.")],
+    id_: Annotated[str, typer.Argument(metavar="ID", help="Its id, or any unique prefix of it.")],
+    run_name: Annotated[str | None, typer.Option("--run", help="Run to look in (default: any).")] = None,
+    root: RootOption = None,
+) -> None:
+    """Show one task (turns, solution, checker, lineage, success per round) or one trajectory
+    (messages, tool calls and observations, reward, its task) as a readable conversation."""
+    import duckdb
+
+    from flows.show import IdLookupError
+    from flows.show import show as show_item
+
+    if kind not in {"task", "trajectory"}:
+        _fail(f"cannot show {kind!r}: use `coevolve show task ID` or `coevolve show trajectory ID`")
+    try:
+        show_item(kind, id_, _root(root), run_name)
+    except IdLookupError as exc:
+        _fail(str(exc))
+    except duckdb.Error as exc:
+        from flows.render import explain_query_error
+
+        _fail(explain_query_error(exc, _root(root)))
 
 
 @env_app.command("list")

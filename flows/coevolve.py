@@ -1,25 +1,27 @@
 """The Prefect flow `coevolve`: loop the stages of each round, resuming from storage.
 
     coevolve run configs/test-tiny.yaml --rounds 2        # in-process, ephemeral Prefect API
-    prefect deployment run coevolve/round -p config=...   # through a served deployment
+    coevolve serve                                        # serve it as deployment coevolve/round
+    prefect deployment run coevolve/round -p config=configs/test-tiny.yaml -p run=demo -p more=1
 
 `rounds` is the total number of rounds the run should have: re-running the same command recomputes
-nothing (every stage finds its manifest), a larger number continues the run. Each stage is a Prefect
-task through the one stage runner (`stages.runner.run_stage`); tasks exchange manifests, not frames.
+nothing (every stage finds its manifest), a larger number continues the run. `more` runs that many
+rounds beyond the ones the run has completed. Without `config`, an existing run continues with its saved
+config. Each stage is a Prefect task through the one stage runner (`stages.runner.run_stage`); tasks
+exchange manifests, not frames. Each round publishes Prefect artifacts (`flows.summary`).
 """
 
 from __future__ import annotations
 
-import os
+import contextlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from flows.config import load_config
-from stages.config import CoevolveConfig
+from flows.runs import resolve_run, rounds_to_run
+from flows.summary import publish_round
 from stages.context import RunContext
 from stages.registry import round_plan
 from stages.runner import StageDef, StageRecord, run_stage
@@ -39,6 +41,11 @@ class RoundReport:
         if roll:
             parts.append(f"train success {roll['success_rate']:.1%} reward {roll['mean_reward']:.3f} "
                          f"gen {roll['tokens_per_second']:.0f} tok/s")
+        if "merge" in out:
+            kinds = out.get("signals", {}).get("signals", {})
+            fired = sum(kinds.values()) if isinstance(kinds, dict) else kinds
+            parts.append(f"signals {fired} | +{out['merge'].get('added_tasks', 0)} tasks, "
+                         f"|D| {out['merge'].get('dataset_size', '?')}")
         if upd:
             parts.append(f"loss {upd['loss']:+.4f} kl {upd['kl']:.4f}")
         parts += [f"{k.removesuffix('_success')} {v:.1%}" for k, v in ev.items() if k.endswith("_success")]
@@ -46,10 +53,6 @@ class RoundReport:
         if cached:
             parts.append(f"cached: {', '.join(cached)}")
         return " | ".join(parts)
-
-
-def storage_root(config: CoevolveConfig) -> Path:
-    return Path(os.environ.get("COEVOLVE_HOME") or config.storage.root)
 
 
 @task(name="stage", cache_policy=NO_CACHE, persist_result=False)
@@ -72,10 +75,8 @@ def _announce(line: str, *, quiet: bool) -> None:
 
     if not quiet:
         print(line, flush=True)
-    try:
+    with contextlib.suppress(MissingContextError):  # called outside a flow run
         get_run_logger().info(line)
-    except MissingContextError:
-        pass
 
 
 def run_rounds(ctx: RunContext, rounds: int, *, force: bool = False) -> list[RoundReport]:
@@ -90,21 +91,45 @@ def run_rounds(ctx: RunContext, rounds: int, *, force: bool = False) -> list[Rou
             )
         reports.append(RoundReport(round_, records))
         _announce(reports[-1].line(), quiet=ctx.quiet)
-    build_catalog(ctx.store.layout.root)
+        if not all(rec.cached for rec in records.values()):
+            publish_round(ctx, round_)
+    _refresh_catalog(ctx)
     return reports
+
+
+def _refresh_catalog(ctx: RunContext) -> None:
+    """Rewrite the DuckDB catalog; a catalog problem (corrupt file elsewhere) warns, never fails the run."""
+    import duckdb
+
+    from flows.render import explain_query_error
+
+    try:
+        build_catalog(ctx.store.layout.root)
+    except duckdb.Error as exc:
+        _announce(f"warning: catalog not rebuilt: {explain_query_error(exc, ctx.store.layout.root)}", quiet=False)
 
 
 @flow(name="coevolve")
 def coevolve(
-    config: str,
+    config: str | None = None,
     run: str | None = None,
     rounds: int | None = None,
     overrides: list[str] | None = None,
+    more: int | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
-    """Run (or continue) a CoEvolve run: `rounds` total rounds of `config` under run name `run`."""
-    cfg = load_config(config, overrides or [])
-    ctx = RunContext.create(cfg, run or cfg.run.name, storage_root(cfg))
-    reports = run_rounds(ctx, rounds or cfg.run.rounds)
+    """Run or continue a CoEvolve run.
+
+    config: YAML config path (default: the run's saved config.yaml; then `run` is required).
+    run: run name (default: the config's run.name).
+    rounds: total rounds the run should have (default: run.rounds).
+    overrides: config overrides KEY=VALUE.
+    more: run this many rounds beyond the ones the run has completed (instead of `rounds`).
+    force: recompute every stage, and accept a config that changes the run's model or environment.
+    """
+    cfg, name, root = resolve_run(config, run, overrides or [], force=force)
+    ctx = RunContext.create(cfg, name, root)
+    reports = run_rounds(ctx, rounds_to_run(ctx, rounds, more), force=force)
     return {
         "run": ctx.run,
         "root": str(ctx.store.layout.root),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -40,30 +41,63 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-RUNS_SQL = """
-WITH rolls AS (
-    SELECT run, max(round) + 1 AS rounds,
-           avg(success::INT) FILTER (WHERE round = (SELECT max(round) FROM trajectories t2
-                                                    WHERE t2.run = trajectories.run AND source = 'rollout'))
-               AS last_train_success
-    FROM trajectories WHERE source = 'rollout' GROUP BY run
-), sizes AS (
-    SELECT run, arg_max(n, dataset_version) AS dataset_size
-    FROM (SELECT run, dataset_version, count(*) AS n FROM datasets GROUP BY ALL) GROUP BY run
-), evals_last AS (
-    SELECT run, arg_max(success, round) AS last_eval_success, max(round) AS eval_round
-    FROM (SELECT run, round, avg(success::INT) AS success FROM evals WHERE stage = 'evaluate' GROUP BY ALL)
-    GROUP BY run
-)
-SELECT rolls.run, rounds, dataset_size, last_train_success, last_eval_success, eval_round
+def runs_sql(views: set[str]) -> str:
+    """Runs overview: rounds with rollouts, newest dataset size, newest train and held-out success.
+
+    Parts whose views do not exist yet (no evaluation, no dataset) come out as NULL columns."""
+    sizes = ("SELECT run, arg_max(n, dataset_version) AS dataset_size, max(dataset_version) AS dataset_version "
+             "FROM (SELECT run, dataset_version, count(*) AS n FROM datasets GROUP BY ALL) GROUP BY run"
+             if "datasets" in views else
+             "SELECT NULL::VARCHAR AS run, NULL::BIGINT AS dataset_size, NULL::INT AS dataset_version")
+    evals = ("SELECT run, arg_max(success, round) AS eval_success, max(round) AS eval_round FROM "
+             "(SELECT run, round, avg(success::INT) AS success FROM evals WHERE stage = 'evaluate' GROUP BY ALL) "
+             "GROUP BY run" if "evals" in views else
+             "SELECT NULL::VARCHAR AS run, NULL::DOUBLE AS eval_success, NULL::INT AS eval_round")
+    return f"""
+WITH per_round AS (
+    SELECT run, round, avg(success::INT) AS success FROM trajectories WHERE source = 'rollout' GROUP BY ALL
+), rolls AS (
+    SELECT run, count(*) AS rounds, max(round) AS last_round, arg_max(success, round) AS train_success
+    FROM per_round GROUP BY run
+), sizes AS ({sizes}), evals_last AS ({evals})
+SELECT rolls.run, rounds, last_round, dataset_size, train_success, eval_success, eval_round
 FROM rolls LEFT JOIN sizes USING (run) LEFT JOIN evals_last USING (run) ORDER BY rolls.run
 """
 
 
-def print_runs(root: Path) -> None:
+def runs_table(root: Path) -> pa.Table | None:
+    """One row per run with rollouts under `root`, or None when there is none."""
     from storage.catalog import present_artifacts, query
 
-    if not {"trajectories", "datasets", "evals"} <= set(present_artifacts(root)):
-        print(f"no completed runs under {root}")
+    views = set(present_artifacts(root))
+    if "trajectories" not in views:
+        return None
+    return query(root, runs_sql(views))
+
+
+def print_runs(root: Path) -> None:
+    table = runs_table(root)
+    if table is None or table.num_rows == 0:
+        print(f"no runs under {root} yet; start one with `coevolve run configs/test-tiny.yaml`")
         return
-    print_table(query(root, RUNS_SQL))
+    print_table(table)
+
+
+_ARTIFACT_PATH = re.compile(r"run=([^/'\"]+)/round=(\d+)/stage=(\w+)/(\w+)\.parquet")
+
+
+def explain_query_error(exc: Exception, root: Path) -> str:
+    """One paragraph for a failed query: a corrupt artifact names the command that rebuilds it."""
+    text = str(exc).strip()
+    found = _ARTIFACT_PATH.search(text)
+    if found and "*" not in found.group(0):
+        run, round_, stage, artifact = found.groups()
+        return (f"cannot read {root}/{found.group(0)} ({text.splitlines()[0]}): the file is corrupt or "
+                f"half-written. Rebuild it with `coevolve stage {stage} --run {run} --round {round_} --force`, "
+                f"then `coevolve run --run {run}` recomputes what depends on it.")
+    if "does not exist" in text and ("Table" in text or "Catalog" in text):
+        from storage.catalog import present_artifacts
+
+        views = ", ".join(present_artifacts(root)) or "none yet (run `coevolve run CONFIG` first)"
+        return f"{text.splitlines()[0]}. Views under {root}: {views}; columns are listed in docs/sql.md."
+    return text

@@ -9,7 +9,7 @@ before top-p truncation, i.e. `log_softmax(logits / temperature)`, matching what
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -77,8 +77,17 @@ class Engine(Protocol):
         sampling: SamplingParams,
         *,
         progress: Callable[[int], None] | None = None,
+        sessions: list[Hashable] | None = None,
     ) -> list[Completion]:
-        """One completion per prompt, in prompt order; `progress(n)` after each n finished prompts."""
+        """One completion per prompt, in prompt order; `progress(n)` after each n finished prompts.
+
+        `sessions` names the episode of each prompt; an engine may reuse what it encoded for that session
+        before (a prompt extends the previous context of its episode). Results must not depend on it.
+        """
+        ...
+
+    def end_sessions(self, sessions: list[Hashable]) -> None:
+        """Forget what was cached for these sessions (their episodes are over)."""
         ...
 
     def update_weights(self, source: Any) -> None:

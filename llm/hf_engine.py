@@ -23,11 +23,12 @@ device or process) and hands over a checkpoint directory or a state dict.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
 from llm.engine import Completion, SamplingParams
+from llm.kv_sessions import KvSessions, batch_cache, extract_row
 
 
 class HfEngine:
@@ -43,6 +44,9 @@ class HfEngine:
         self.eos_ids = _eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids)
+        self.sessions = KvSessions()
+        self.prefill_tokens = 0
+        """Tokens encoded by prefill so far (decode steps not counted): what KV reuse saves."""
 
     def generate(
         self,
@@ -50,13 +54,21 @@ class HfEngine:
         sampling: SamplingParams,
         *,
         progress: Callable[[int], None] | None = None,
+        sessions: list[Hashable] | None = None,
     ) -> list[Completion]:
-        """One completion per prompt, in order; `progress(len(sub_batch))` after each sub-batch."""
+        """One completion per prompt, in order; `progress(len(sub_batch))` after each sub-batch.
+
+        `sessions` (one id per prompt, e.g. the episode) turn on KV reuse: a prompt that extends what its
+        session encoded last time only prefills the new tokens (see `llm.kv_sessions`). Call
+        `end_sessions` when an episode is over.
+        """
         import torch
 
         for i, prompt in enumerate(prompts):
             if not prompt:
                 raise ValueError(f"prompt {i} is empty")
+        if sessions is not None and len(sessions) != len(prompts):
+            raise ValueError(f"{len(sessions)} sessions for {len(prompts)} prompts")
         stop = frozenset(self.eos_ids) | frozenset(sampling.stop_token_ids)
         generator = None
         if sampling.seed is not None:
@@ -69,7 +81,8 @@ class HfEngine:
             with torch.inference_mode():
                 for start in range(0, len(order), self.batch_size):
                     chunk = order[start : start + self.batch_size]
-                    batch = self._decode_batch([prompts[i] for i in chunk], sampling, stop, generator)
+                    ids = [sessions[i] for i in chunk] if sessions is not None else [None] * len(chunk)
+                    batch = self._decode_batch([prompts[i] for i in chunk], ids, sampling, stop, generator)
                     for i, completion in zip(chunk, batch, strict=True):
                         results[i] = completion
                     if progress is not None:
@@ -78,22 +91,37 @@ class HfEngine:
             self.model.train(was_training)
         return results  # type: ignore[return-value]
 
+    def end_sessions(self, sessions: list[Hashable]) -> None:
+        """Free the cached prefixes of finished episodes."""
+        self.sessions.drop(sessions)
+
     def _decode_batch(
-        self, prompts: list[list[int]], sampling: SamplingParams, stop: frozenset[int], generator: Any
+        self,
+        prompts: list[list[int]],
+        sessions: list[Hashable | None],
+        sampling: SamplingParams,
+        stop: frozenset[int],
+        generator: Any,
     ) -> list[Completion]:
-        """Left-pad `prompts` and decode with a KV cache; a row leaves the batch at its first stop id."""
+        """Left-pad the uncached suffixes of `prompts` behind their cached prefixes and decode with a KV
+        cache; a row leaves the batch at its first stop id, handing its cache to its session."""
         import torch
 
         device = self.model.device
-        width = max(len(p) for p in prompts)
-        ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts], device=device)
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+        reused = [self.sessions.reusable(s, p) for s, p in zip(sessions, prompts, strict=True)]
+        cache, cache_mask, cached = batch_cache(reused, self.model.config)
+        suffixes = [p[n:] for p, n in zip(prompts, cached, strict=True)]
+        self.prefill_tokens += sum(map(len, suffixes))
+        width = max(len(p) for p in suffixes)
+        ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in suffixes], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in suffixes], device=device)
         # Positions count real tokens only, so each row sees the positions it would see alone.
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0) + torch.tensor(cached, device=device)[:, None]
+        if cache_mask is not None:
+            mask = torch.cat([cache_mask.to(device), mask], dim=1)
         rows = list(range(len(prompts)))  # prompt index of each row still in the batch
         tokens: list[list[int]] = [[] for _ in prompts]
         logprobs: list[list[float]] = [[] for _ in prompts]
-        cache = None
         for _ in range(sampling.max_new_tokens):
             out = self.model(
                 input_ids=ids, attention_mask=mask, position_ids=positions,
@@ -105,8 +133,11 @@ class HfEngine:
             for j, (t, lp) in enumerate(zip(token.tolist(), logprob.tolist(), strict=True)):
                 tokens[rows[j]].append(t)
                 logprobs[rows[j]].append(lp)
-                if t not in stop:
+                if t not in stop and len(tokens[rows[j]]) < sampling.max_new_tokens:
                     keep.append(j)
+            kept = set(keep)
+            self._hand_over(cache, mask, rows, [j for j in range(len(rows)) if j not in kept],
+                            prompts, tokens, sessions)
             if not keep:
                 break
             if len(keep) < len(rows):  # finished rows leave the batch (and the cache): no more compute
@@ -118,6 +149,16 @@ class HfEngine:
             mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=1)
             positions = positions[:, -1:] + 1
         return [self._completion(t, lp, stop) for t, lp in zip(tokens, logprobs, strict=True)]
+
+    def _hand_over(self, cache: Any, mask: Any, rows: list[int], finished: list[int], prompts: list[list[int]],
+                   tokens: list[list[int]], sessions: list[Hashable | None]) -> None:
+        """Store the cache rows of finished prompts in their sessions (all but the last sampled token,
+        which was never fed to the model)."""
+        for j in finished:
+            session = sessions[rows[j]]
+            if session is not None:
+                encoded = prompts[rows[j]] + tokens[rows[j]][:-1]
+                self.sessions.store(session, extract_row(cache, j, mask[j], encoded))
 
     def _completion(self, ids: list[int], logprobs: list[float], stop: frozenset[int]) -> Completion:
         stopped = ids[-1] in stop

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from llm.engine import Completion, SamplingParams
@@ -86,8 +86,10 @@ class OpenAIEngine:
         sampling: SamplingParams,
         *,
         progress: Callable[[int], None] | None = None,
+        sessions: list[Hashable] | None = None,
     ) -> list[Completion]:
-        """One completion per prompt, in order, through `/completions`."""
+        """One completion per prompt, in order, through `/completions`. `sessions` is accepted and
+        ignored: servers such as vLLM reuse shared prefixes by themselves (automatic prefix caching)."""
         completions = []
         for prompt in prompts:
             if not prompt:
@@ -133,6 +135,9 @@ class OpenAIEngine:
 
     def _end_id(self) -> int:
         return int(self.tokenizer.eos_token_id)
+
+    def end_sessions(self, sessions: list[Hashable]) -> None:
+        """Nothing is cached on this side."""
 
     def update_weights(self, source: Any) -> None:
         """Weights live in the server process; push them there (LoRA hot-load or a weight-sync endpoint)."""

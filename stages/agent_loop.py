@@ -11,6 +11,7 @@ Used by rollout (K samples per task), evaluate (greedy, one per task) and, later
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import traceback
 from collections.abc import Callable
@@ -20,6 +21,9 @@ from typing import Any
 from envs.base import Environment, Evaluation, Task
 from llm.chat import ChatFormat
 from llm.engine import Completion, Engine, SamplingParams
+
+
+_SESSIONS = itertools.count()
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,8 @@ class Episode:
     task: Task
     sample: int
     env: Environment
+    session: int = field(default_factory=lambda: next(_SESSIONS))
+    """Engine session id: lets the engine reuse this episode's KV cache from one reply to the next."""
     input_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -77,13 +83,15 @@ def run_episodes(
                 progress(1)
     live = [ep for ep in episodes if not ep.finish]
     while live:
-        completions = engine.generate([ep.input_ids for ep in live], sampling)
+        completions = engine.generate([ep.input_ids for ep in live], sampling,
+                                      sessions=[ep.session for ep in live])
         for ep, completion in zip(live, completions, strict=True):
             _advance(ep, completion, chat, sampling, limits)
             if ep.finish:
                 _close(ep)
                 if progress:
                     progress(1)
+        engine.end_sessions([ep.session for ep in live if ep.finish])
         live = [ep for ep in live if not ep.finish]
     return episodes
 

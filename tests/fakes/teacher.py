@@ -56,7 +56,7 @@ class OracleEngine:
         self.tasks += list(tasks)
 
     def generate(
-        self, prompts: list[list[int]], sampling: SamplingParams, *, progress=None
+        self, prompts: list[list[int]], sampling: SamplingParams, *, progress=None, sessions=None
     ) -> list[Completion]:
         out = []
         for ids in prompts:
@@ -68,6 +68,9 @@ class OracleEngine:
         return out
 
     def update_weights(self, source: Any) -> None:
+        pass
+
+    def end_sessions(self, sessions) -> None:
         pass
 
     def _reply(self, prompt: str) -> str:

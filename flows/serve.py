@@ -1,0 +1,66 @@
+"""Serve the `coevolve` flow as deployment `coevolve/round`, and check the Prefect server first.
+
+    PREFECT_SERVER_ANALYTICS_ENABLED=false prefect server start --host 127.0.0.1 --port 4200
+    PREFECT_API_URL=http://127.0.0.1:4200/api coevolve serve
+    prefect deployment run coevolve/round -p config=configs/test-tiny.yaml -p run=demo -p more=1 --watch
+
+`coevolve serve` polls the server for runs of the deployment (every PREFECT_RUNNER_POLL_FREQUENCY
+seconds, default 10) and executes each in a subprocess of this one, with this process's environment
+(COEVOLVE_HOME, working directory for relative config paths). `prefect.yaml` declares the same
+deployment for work pools.
+"""
+
+from __future__ import annotations
+
+import os
+
+SERVER_COMMAND = "PREFECT_SERVER_ANALYTICS_ENABLED=false prefect server start --host 127.0.0.1 --port 4200"
+API_URL_EXAMPLE = "http://127.0.0.1:4200/api"
+
+
+def configured_api_url() -> str | None:
+    """PREFECT_API_URL from the environment, else from the active Prefect profile."""
+    if os.environ.get("PREFECT_API_URL"):
+        return os.environ["PREFECT_API_URL"]
+    from prefect.settings import get_current_settings
+
+    return get_current_settings().api.url
+
+
+def api_problem(*, required: bool, timeout: float = 3.0) -> str | None:
+    """None if the configured Prefect API answers (or none is configured and none is `required`);
+    otherwise one paragraph saying what is wrong and the command that fixes it."""
+    url = configured_api_url()
+    if not url:
+        if not required:
+            return None  # `coevolve run` uses a temporary in-process API
+        return (f"`coevolve serve` needs a Prefect server, and PREFECT_API_URL is not set. Start a server in "
+                f"another terminal with `{SERVER_COMMAND}`, then run "
+                f"`PREFECT_API_URL={API_URL_EXAMPLE} coevolve serve`.")
+    import httpx
+
+    try:
+        response = httpx.get(url.rstrip("/") + "/health", timeout=timeout)
+        response.raise_for_status()
+        return None
+    except httpx.HTTPError as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        fallback = "" if required else " or unset PREFECT_API_URL to run on a temporary in-process API,"
+        return (f"no Prefect server answers at PREFECT_API_URL={url} ({reason}). Start one in another "
+                f"terminal with `{SERVER_COMMAND}` (and PREFECT_API_URL={API_URL_EXAMPLE}),{fallback} "
+                f"then try again.")
+
+
+def serve_deployment(name: str = "round", *, limit: int | None = 1) -> None:
+    """Block, serving `coevolve/<name>`; each triggered run executes the flow in a subprocess."""
+    from prefect.deployments.runner import EntrypointType
+
+    from flows.coevolve import coevolve
+
+    coevolve.serve(
+        name=name,
+        description="Run the next round(s) of a CoEvolve run: -p config=CONFIG -p run=NAME -p more=1",
+        tags=["coevolve"],
+        limit=limit,
+        entrypoint_type=EntrypointType.MODULE_PATH,
+    )
