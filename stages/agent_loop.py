@@ -22,7 +22,6 @@ from envs.base import Environment, Evaluation, Task
 from llm.chat import ChatFormat
 from llm.engine import Completion, Engine, SamplingParams
 
-
 _SESSIONS = itertools.count()
 
 

@@ -99,6 +99,7 @@ class ToolWorldEnv:
         n_heldout: int = 48,
         max_steps_per_turn: int = 6,
         tools: str = "involved",
+        strict_arguments: bool = False,
     ) -> None:
         if tools not in TOOL_MODES:
             raise ValueError(f"tools must be one of {TOOL_MODES}, got {tools!r}")
@@ -106,7 +107,7 @@ class ToolWorldEnv:
             raise ValueError("max_steps_per_turn must be >= 1 and split sizes >= 0")
         self.seed, self.max_steps_per_turn, self.tool_mode = seed, max_steps_per_turn, tools
         self._sizes = {"train": n_train, "test": n_test, "heldout-templates": n_heldout}
-        self._catalog = ToolCatalog()
+        self._catalog = ToolCatalog(strict_arguments=strict_arguments)
         self._splits: dict[str, list[Task]] = {}
         self._episode: _Episode | None = None
 

@@ -80,15 +80,20 @@ class CallOutcome:
     ok: bool
     result: Any = None
     error: str = ""
+    note: str = ""
+    """A warning that does not fail the call (e.g. arguments that were ignored)."""
 
     def content(self) -> str:
         """The text of the `tool` message the agent sees."""
-        return json.dumps(self.result) if self.ok else f"Error: {self.error}"
+        if not self.ok:
+            return f"Error: {self.error}"
+        return json.dumps(self.result) + (f"\nNote: {self.note}" if self.note else "")
 
     def record(self) -> dict[str, Any]:
         """The entry for `StepResult.info["calls"]`."""
         outcome = {"result": self.result} if self.ok else {"error": self.error}
-        return {"name": self.name, "arguments": self.arguments, "ok": self.ok, **outcome}
+        extra = {"note": self.note} if self.note else {}
+        return {"name": self.name, "arguments": self.arguments, "ok": self.ok, **outcome, **extra}
 
 
 def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
@@ -152,11 +157,14 @@ def json_type_name(value: Any) -> str:
     return "null" if value is None else _JSON_NAMES.get(type(value), type(value).__name__)
 
 
-def checked_arguments(spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, Any]:
-    """The keyword arguments for the tool, or a ToolError naming the first mismatch with the schema."""
+def checked_arguments(spec: ToolSpec, arguments: dict[str, Any], *, strict: bool = True) -> dict[str, Any]:
+    """The keyword arguments for the tool, or a ToolError naming the first mismatch with the schema.
+
+    Unknown arguments are an error when `strict`; otherwise they are left out (the caller reports them).
+    """
     known = {p.name for p in spec.params}
     unknown = [name for name in arguments if name not in known]
-    if unknown:
+    if unknown and strict:
         raise ToolError(f"{spec.name} got unknown argument {shown(unknown[0])}; usage: {spec.usage()}")
     kwargs: dict[str, Any] = {}
     for param in spec.params:
@@ -175,7 +183,10 @@ def checked_arguments(spec: ToolSpec, arguments: dict[str, Any]) -> dict[str, An
 class ToolCatalog:
     """Every tool of the given apps, by name; build one per environment instance."""
 
-    def __init__(self, app_classes: Iterable[type[App]] = APP_CLASSES) -> None:
+    def __init__(self, app_classes: Iterable[type[App]] = APP_CLASSES, *, strict_arguments: bool = True) -> None:
+        self.strict_arguments = strict_arguments
+        """Reject calls with unknown arguments; else ignore those arguments and say so in the result,
+        as JSON APIs that ignore unknown fields do."""
         specs = [spec_of(cls, name) for cls in app_classes for name in cls.TOOLS]
         self._specs = {spec.name: spec for spec in specs}
         if len(self._specs) != len(specs):
@@ -197,13 +208,16 @@ class ToolCatalog:
         if spec is None:
             return _failure(call, f"unknown tool {shown(call.name)}; available: {', '.join(offered)}")
         try:
-            result = spec.function(apps[spec.app], **checked_arguments(spec, call.arguments))
+            kwargs = checked_arguments(spec, call.arguments, strict=self.strict_arguments)
+            result = spec.function(apps[spec.app], **kwargs)
             result = json.loads(json.dumps(result))  # a detached, JSON-only copy: never aliases state
         except ToolError as exc:
             return _failure(call, str(exc))
         except Exception as exc:  # noqa: BLE001 - a broken tool or odd task state is data, not a crash
             return _failure(call, f"{spec.name} failed ({type(exc).__name__})")
-        return CallOutcome(call.name, call.arguments, True, result=result)
+        ignored = [name for name in call.arguments if name not in kwargs]
+        note = f"ignored unknown argument(s) {', '.join(map(shown, ignored))}; usage: {spec.usage()}" if ignored else ""
+        return CallOutcome(call.name, call.arguments, True, result=result, note=note)
 
 
 def _failure(call: ToolCall, error: str) -> CallOutcome:

@@ -370,7 +370,6 @@ def test_argument_validation_errors(env):
     cases = [
         ({}, "missing argument"),
         ({"account_id": 5}, "must be a string"),
-        ({"account_id": "CHK-1", "pin": 1}, "unknown argument"),
         ({"account_id": "NOPE-0"}, "unknown account"),
     ]
     for arguments, expected in cases:
@@ -380,6 +379,19 @@ def test_argument_validation_errors(env):
         [{"name": "transfer", "arguments": {"from_account": "a", "to_account": "b", "amount": True}}]
     ).messages[0]["content"]
     assert "must be a number" in content
+
+
+def test_unknown_arguments_are_ignored_with_a_note_unless_strict():
+    lenient = envs.make("toolworld", n_train=10, n_test=2, n_heldout=2)
+    task = bank_task(lenient)
+    account = task.solution[0][0].arguments["account_id"]
+    lenient.reset(task)
+    content = lenient.step([{"name": "get_balance", "arguments": {"account_id": account, "pin": 1}}]).messages[0]["content"]
+    assert not content.startswith("Error:") and 'Note: ignored unknown argument(s) "pin"' in content
+    strict = envs.make("toolworld", n_train=10, n_test=2, n_heldout=2, strict_arguments=True)
+    strict.reset(task)
+    content = strict.step([{"name": "get_balance", "arguments": {"account_id": account, "pin": 1}}]).messages[0]["content"]
+    assert content.startswith("Error:") and "unknown argument" in content
 
 
 def test_demonstrations_use_real_tools_in_the_call_format(env):
