@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -52,10 +59,109 @@ def run_evolved(root: Path, run: str = "evo", rounds: int = 2) -> dict:
         return coevolve(str(CONFIGS / "test-tiny.yaml"), run=run, rounds=rounds, overrides=["evolve.every=1"])
 
 
+@dataclass(frozen=True)
+class EvolvedRun:
+    root: Path
+    run: str
+    result: dict  # what the flow returned
+
+
 @pytest.fixture(scope="session")
-def evolved_run(tmp_path_factory, prefect_api) -> tuple[Path, str]:
-    """(storage root, run name) of one evolving tiny run (2 rounds), shared by the read-only tests:
-    SQL docs, `coevolve show`/`runs`, the notebook. Tests must not write under this root."""
+def evolved_run(tmp_path_factory, prefect_api) -> EvolvedRun:
+    """One evolving tiny run (2 rounds, `run_evolved`), shared by the tests that only read it: the
+    evolution checks, SQL docs, `coevolve show`/`runs`, Prefect artifacts, the notebook. Never write
+    under its root (copy it first)."""
     root = tmp_path_factory.mktemp("evolved")
-    run_evolved(root, "evo")
-    return root, "evo"
+    return EvolvedRun(root, "evo", run_evolved(root, "evo"))
+
+
+# --- processes started by tests: each in its own process group, killed only through that group ------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Spawned:
+    """A subprocess in its own session (process group) with its output in a file."""
+
+    proc: subprocess.Popen
+    log: Path
+
+    @classmethod
+    def start(cls, args: list[str], log: Path, env: dict[str, str], cwd: Path = REPO) -> Spawned:
+        handle = open(log, "wb")  # noqa: SIM115 - lives as long as the process
+        proc = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, env=env, cwd=cwd,
+                                start_new_session=True)
+        handle.close()
+        return cls(proc, log)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def kill(self, sig: int = signal.SIGKILL, timeout: float = 20) -> None:
+        """Signal the whole group this test started (never anything by name), then reap it."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout)
+        with contextlib.suppress(ProcessLookupError):  # children that outlived the leader
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"{self.proc.args} still running after {timeout} s:\n{self.output()[-3000:]}") from None
+
+
+def wait_until(predicate, timeout: float, what: str, *, watch: Spawned | None = None, every: float = 0.05):
+    """Poll `predicate` until true; fail after `timeout` s, or as soon as `watch` exits."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if watch is not None and watch.proc.poll() is not None and not predicate():
+            raise AssertionError(f"{what}: process exited with {watch.proc.returncode}:\n{watch.output()[-3000:]}")
+        time.sleep(every)
+    raise AssertionError(f"{what}: not after {timeout} s" + (f":\n{watch.output()[-3000:]}" if watch else ""))
+
+
+def venv_bin(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory):
+    """A real `prefect server start` on a free loopback port, its own PREFECT_HOME, analytics off.
+    Yields the API URL; the server's process group is terminated at the end of the session."""
+    import httpx
+
+    home = tmp_path_factory.mktemp("prefect-server")
+    port = free_port()
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    server = Spawned.start([venv_bin("prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                           home / "server.log", env)
+    url = f"http://127.0.0.1:{port}/api"
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{url}/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(healthy, 120, "prefect server health", watch=server, every=0.5)
+        yield url
+    finally:
+        server.kill(signal.SIGTERM)

@@ -203,7 +203,7 @@ def test_fuzzed_text_never_escapes(task, guarded, text):
 
 
 @pytest.mark.slow
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=5000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])  # x2 steps = 10,000 cases
 @given(calls=CALLS, hermes=st.booleans(), text=st.text(max_size=200))
 def test_fuzzed_calls_and_text_never_escape_at_scale(task, guarded, calls, hermes, text):
     _fuzz_step(task, _hermes(calls) if hermes else _python_list(calls))

@@ -497,3 +497,35 @@ def test_step_never_raises_on_arbitrary_calls(env, name, arguments, text):
     env.step(text)
     env.evaluate()
     env.state_digest()
+
+
+class _Canary:
+    """Flips when anything reaches it: it lives outside every episode's tools."""
+
+    touched = False
+
+    def __getattr__(self, name):
+        _Canary.touched = True
+        raise AttributeError(name)
+
+
+@pytest.mark.slow
+@settings(max_examples=3400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    name=st.sampled_from([*ToolCatalog().names(), "__class__", "__init__", "__dict__", "_catalog", "canary",
+                          "__import__", "eval", "exec", "os.system", "get_balance.__globals__"]) | st.text(max_size=12),
+    arguments=st.dictionaries(st.text(max_size=15), json_values, max_size=4),
+    text=st.text(max_size=60),
+)
+def test_hostile_calls_at_scale_stay_inside_the_episode(env, name, arguments, text):
+    """3 hostile steps per example x 3,400 examples: over 10,000 cases per run, none escapes."""
+    canary = _Canary()
+    env.reset(bank_task(env))
+    env.canary = canary  # reachable only by attribute access on the environment itself
+    for action in ([{"name": name, "arguments": arguments}],
+                   render_tool_call(ToolCall(name=name if name.isidentifier() else "x", arguments=arguments)) + text,
+                   f"<tool_call>{text}</tool_call>"):
+        step = env.step(action)
+        assert all(isinstance(m["content"], str) for m in step.messages)
+    env.evaluate()
+    assert not _Canary.touched

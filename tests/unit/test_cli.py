@@ -1,0 +1,283 @@
+"""The operator-facing CLI without running a model: every error a user will hit gets one paragraph and
+the command that fixes it; `more` / completed-round arithmetic; the docs and deployment files stay in
+step with the code. Runs are laid out by hand with the real storage classes (no flow, no model)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.config import load_config
+from flows.runs import RunError, completed_rounds, identity_changes, rounds_to_run
+from flows.summary import artifact_key, markdown_summary, run_metrics
+from storage.layout import RunLayout
+from storage.manifest import Manifest
+from storage.schemas import ARTIFACTS
+from storage.store import RunStore
+from tests.conftest import CONFIGS, REPO, free_port
+
+TINY = CONFIGS / "test-tiny.yaml"
+
+
+@pytest.fixture(autouse=True)
+def _restore_coevolve_home(monkeypatch, tmp_path):
+    """`coevolve run --root` sets COEVOLVE_HOME for the flow; keep that inside each test."""
+    monkeypatch.setenv("COEVOLVE_HOME", str(tmp_path))
+
+
+def invoke(*args: str, env: dict[str, str] | None = None):
+    return CliRunner().invoke(app, list(args), env=env)
+
+
+def one_paragraph(result) -> str:
+    """The error text, asserting exit 2, no traceback and a single paragraph."""
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    text = " ".join(result.output.split())
+    assert text.startswith("error: ") and "Traceback" not in text
+    assert "\n\n" not in result.output.strip()
+    return text
+
+
+def make_run(root: Path, run: str = "demo", rounds: int = 1, config: Path = TINY) -> RunLayout:
+    """A run on disk: the saved config and, per round, a finished manifest for every planned stage."""
+    from stages.registry import round_plan
+
+    layout = RunLayout(root, run)
+    cfg = load_config(config)
+    layout.config_path.parent.mkdir(parents=True)
+    layout.config_path.write_text(cfg.to_yaml())
+    for r in range(rounds):
+        for stage in round_plan(cfg, r):
+            Manifest(stage.name, run, r, "k", 1, outputs=_outputs(stage.name, r)).write(layout.manifest_path(r, stage.name))
+    return layout
+
+
+def _outputs(stage: str, round_: int) -> dict:
+    return {
+        "bootstrap": {"dataset_size": 40},
+        "rollout": {"success_rate": 0.25 * (round_ + 1), "mean_reward": 0.5},
+        "grpo_update": {"loss": -0.5, "kl": 0.01, "policy_version": f"r{round_}-x", "checkpoint": "/nowhere"},
+        "evaluate": {"test_success": 0.5, "test_reward": 0.6},
+    }.get(stage, {})
+
+
+def context(layout: RunLayout):
+    from stages.context import RunContext
+
+    return RunContext.create(load_config(layout.config_path), layout.run, layout.root, quiet=True)
+
+
+# --- help -----------------------------------------------------------------------------------------
+
+
+def test_help_lists_the_operating_commands():
+    result = invoke("--help")
+    assert result.exit_code == 0
+    for command in ("run", "serve", "stage", "sql", "runs", "show", "env", "models"):
+        assert re.search(rf"\b{command}\b", result.output)
+    assert "--more" in invoke("run", "--help").output
+
+
+# --- unknown run, round, stage ----------------------------------------------------------------------
+
+
+def test_stage_of_an_unknown_run(tmp_path):
+    text = one_paragraph(invoke("stage", "rollout", "--run", "nope", "--round", "0", "--root", str(tmp_path)))
+    assert "no run 'nope'" in text and "`coevolve runs`" in text and "coevolve run CONFIG --run nope" in text
+
+
+def test_continue_an_unknown_run_without_a_config(tmp_path):
+    text = one_paragraph(invoke("run", "--run", "nope", "--root", str(tmp_path)))
+    assert "no run 'nope'" in text and "coevolve run configs/" in text
+
+
+def test_stage_of_a_round_the_run_does_not_have(tmp_path):
+    make_run(tmp_path, rounds=2)
+    text = one_paragraph(invoke("stage", "rollout", "--run", "demo", "--round", "5", "--root", str(tmp_path)))
+    assert "rounds 0..1, not round 5" in text and "coevolve run --run demo --more 1" in text
+
+
+def test_stage_name_typo_suggests_the_stage(tmp_path):
+    make_run(tmp_path)
+    text = one_paragraph(invoke("stage", "rollot", "--run", "demo", "--round", "0", "--root", str(tmp_path)))
+    assert "unknown stage 'rollot'" in text and "Did you mean `rollout`?" in text
+
+
+def test_bad_override_names_the_field(tmp_path):
+    text = one_paragraph(invoke("run", str(TINY), "--set", "rollout.k=zero", "--root", str(tmp_path)))
+    assert "rollout.k" in text
+
+
+# --- a config that changes what the run is ------------------------------------------------------
+
+
+@pytest.mark.parametrize("override", ["model.name=tiny-random-qwen2", "env.name=bfcl"])
+def test_changing_model_or_env_mid_run_is_refused(tmp_path, override):
+    make_run(tmp_path)
+    text = one_paragraph(invoke("run", str(TINY), "--run", "demo", "--set", override, "--root", str(tmp_path)))
+    field = override.split("=")[0]
+    assert f"changes what run 'demo' is ({field}:" in text
+    assert "--run demo-2" in text and "--force" in text
+
+
+def test_stage_set_of_an_identity_field_is_refused_and_not_saved(tmp_path):
+    layout = make_run(tmp_path)
+    before = layout.config_path.read_text()
+    text = one_paragraph(invoke("stage", "rollout", "--run", "demo", "--round", "0", "--root", str(tmp_path),
+                                "--set", "model.name=tiny-random-qwen2"))
+    assert "model.name" in text
+    assert layout.config_path.read_text() == before
+
+
+def test_identity_changes_ignore_other_fields():
+    saved = yaml.safe_load(load_config(TINY).to_yaml())
+    assert identity_changes(saved, load_config(TINY, ["rollout.k=2", "train.lr=0.1"])) == []
+    assert identity_changes(saved, load_config(TINY, ["model.name=x"])) == ["model.name: 'tiny-random-llama' -> 'x'"]
+
+
+# --- Prefect server not running -------------------------------------------------------------------
+
+
+def test_run_with_an_unreachable_prefect_server(tmp_path):
+    url = f"http://127.0.0.1:{free_port()}/api"
+    text = one_paragraph(invoke("run", str(TINY), "--root", str(tmp_path), env={"PREFECT_API_URL": url}))
+    assert f"no Prefect server answers at PREFECT_API_URL={url}" in text
+    assert "prefect server start --host 127.0.0.1 --port 4200" in text and "unset PREFECT_API_URL" in text
+    assert not (tmp_path / "run=test-tiny").exists()
+
+
+def test_serve_with_an_unreachable_prefect_server():
+    url = f"http://127.0.0.1:{free_port()}/api"
+    text = one_paragraph(invoke("serve", env={"PREFECT_API_URL": url}))
+    assert "no Prefect server answers" in text and "prefect server start" in text
+
+
+def test_serve_without_a_prefect_server_configured(monkeypatch):
+    monkeypatch.setattr("flows.serve.configured_api_url", lambda: None)
+    text = one_paragraph(invoke("serve"))
+    assert "PREFECT_API_URL is not set" in text
+    assert "PREFECT_API_URL=http://127.0.0.1:4200/api coevolve serve" in text
+
+
+# --- corrupt files, unknown views and ids -------------------------------------------------------------
+
+
+def test_sql_over_a_corrupt_parquet_file_names_the_stage_to_rerun(tmp_path):
+    path = RunLayout(tmp_path, "demo").artifact_path(3, "rollout", "trajectories")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"PAR1 not really parquet")
+    text = one_paragraph(invoke("sql", "SELECT count(*) FROM trajectories", "--root", str(tmp_path)))
+    assert "corrupt" in text and "coevolve stage rollout --run demo --round 3 --force" in text
+
+
+def test_reading_a_corrupt_artifact_says_how_to_rebuild_it(tmp_path):
+    from storage.parquet import ArtifactError
+
+    store = RunStore(RunLayout(tmp_path, "demo"))
+    ref = store.write(0, "grpo_update", "updates", pa.Table.from_pylist([], schema=ARTIFACTS["updates"]))
+    Manifest("grpo_update", "demo", 0, "k", 1, artifacts={"updates": ref}).write(
+        store.layout.manifest_path(0, "grpo_update"))
+    Path(ref.path).write_bytes(b"garbage")
+    with pytest.raises(ArtifactError, match=r"coevolve stage grpo_update --run demo --round 0 --force"):
+        store.read(0, "grpo_update", "updates")
+
+
+def test_sql_unknown_view_lists_the_views(tmp_path):
+    make_run(tmp_path)
+    RunStore(RunLayout(tmp_path, "demo")).write(0, "grpo_update", "updates",
+                                                pa.Table.from_pylist([], schema=ARTIFACTS["updates"]))
+    text = one_paragraph(invoke("sql", "SELECT * FROM trajectory", "--root", str(tmp_path)))
+    assert "trajectory" in text and "Views under" in text and "updates" in text and "docs/sql.md" in text
+
+
+def test_show_errors(tmp_path):
+    assert "use `coevolve show task ID`" in one_paragraph(invoke("show", "tsk", "ab", "--root", str(tmp_path)))
+    assert "no tasks under this storage root" in one_paragraph(
+        invoke("show", "task", "ab", "--root", str(tmp_path)))
+
+
+def test_runs_on_an_empty_root(tmp_path):
+    result = invoke("runs", "--root", str(tmp_path))
+    assert result.exit_code == 0 and "no runs under" in result.output
+
+
+# --- completed rounds, `more`, round metrics ---------------------------------------------------------
+
+
+def test_more_counts_from_the_completed_rounds(tmp_path):
+    layout = make_run(tmp_path, rounds=2)
+    ctx = context(layout)
+    assert completed_rounds(ctx) == 2
+    assert rounds_to_run(ctx, None, 1) == 3
+    assert rounds_to_run(ctx, None, 0) == 2
+    assert rounds_to_run(ctx, 5, None) == 5
+    assert rounds_to_run(ctx, None, None) == ctx.config.run.rounds
+    # a round killed half-way is not completed: `more=1` finishes it
+    Manifest("rollout", "demo", 2, "k", 1).write(layout.manifest_path(2, "rollout"))
+    layout.manifest_path(1, "evaluate").unlink()
+    assert completed_rounds(ctx) == 1 and rounds_to_run(ctx, None, 1) == 2
+    with pytest.raises(RunError, match="not both"):
+        rounds_to_run(ctx, 3, 1)
+
+
+def test_round_metrics_carry_the_dataset_size(tmp_path):
+    layout = make_run(tmp_path, rounds=2)
+    rows = run_metrics(context(layout), 2)
+    assert [r["dataset_size"] for r in rows] == [40, 40]
+    assert rows[1]["train_success"] == 0.5 and rows[0]["loss"] == -0.5 and rows[1]["eval_test_success"] == 0.5
+    assert rows[0]["boundary_signals"] is None
+    text = markdown_summary("demo", rows[1])
+    assert "| train_success | 0.5 |" in text and "round 1" in text and "boundary" not in text
+
+
+def test_artifact_keys_are_valid_prefect_keys():
+    assert artifact_key("My_Run.v2", "rounds") == "my-run-v2-rounds"
+    assert re.fullmatch(r"[a-z0-9-]+", artifact_key("x" * 80 + ".__", "summary"))
+
+
+# --- docs and deployment files match the code --------------------------------------------------------
+
+
+def documented_columns() -> dict[str, list[str]]:
+    text = (REPO / "docs" / "sql.md").read_text()
+    views = {}
+    for name, table in re.findall(r"### `(\w+)`\n\n\| column .*?\n\|---.*?\n((?:\|.*\n?)+)", text):
+        views[name] = re.findall(r"^\| `(\w+)` \|", table, flags=re.MULTILINE)
+    return views
+
+
+def test_sql_doc_lists_every_view_and_column():
+    views = documented_columns()
+    assert set(views) == set(ARTIFACTS)
+    for name, schema in ARTIFACTS.items():
+        assert views[name] == [*schema.names, "stage"], name
+
+
+def test_sql_doc_has_the_example_queries():
+    blocks = re.findall(r"```sql\n(.*?)```", (REPO / "docs" / "sql.md").read_text(), flags=re.DOTALL)
+    assert len(blocks) >= 5
+    for needle in ("FROM signals", "FROM datasets", "verifications", "lineage", "FROM trajectories"):
+        assert any(needle in b for b in blocks), needle
+
+
+def test_prefect_yaml_declares_the_served_deployment():
+    import importlib
+
+    from prefect.utilities.callables import parameter_schema
+
+    spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    [deployment] = spec["deployments"]
+    assert deployment["name"] == "round"
+    path, name = deployment["entrypoint"].split(":")
+    flow = getattr(importlib.import_module(path.removesuffix(".py").replace("/", ".")), name)
+    assert flow.name == "coevolve"
+    schema = parameter_schema(flow.fn).model_dump()
+    assert {"config", "run", "rounds", "overrides", "more", "force"} <= set(schema["properties"])
+    assert not schema.get("required")  # `prefect deployment run coevolve/round -p run=demo -p more=1` works
