@@ -52,6 +52,42 @@ def parse_tool_calls(reply: str) -> ParsedReply:
     return parsed
 
 
+def parse_call_list(action: object, *, max_calls: int = MAX_CALLS) -> ParsedReply:
+    """Calls given as a list of `ToolCall`s, `{name, arguments}` dicts or OpenAI `{function: {...}}`
+    dicts (arguments may be a JSON string); anything else becomes a parse error. Never raises."""
+    if not isinstance(action, list | tuple):
+        return ParsedReply(errors=[f"action must be reply text or a list of tool calls, got {type(action).__name__}"])
+    parsed = ParsedReply()
+    for item in action[:max_calls]:
+        call, error = _call_from_object(item)
+        if call is None:
+            parsed.errors.append(error)
+        else:
+            parsed.calls.append(call)
+    if len(action) > max_calls:
+        parsed.errors.append(f"more than {max_calls} tool calls in one reply")
+    return parsed
+
+
+def _call_from_object(item: object) -> tuple[ToolCall | None, str]:
+    if isinstance(item, ToolCall):
+        return item, ""
+    if isinstance(item, dict) and isinstance(item.get("function"), dict):
+        item = item["function"]
+    if not isinstance(item, dict):
+        return None, f"a tool call must be an object with name and arguments, got {type(item).__name__}"
+    arguments = item.get("arguments", {})
+    if isinstance(arguments, str):  # OpenAI-style JSON-encoded arguments
+        try:
+            arguments = json.loads(arguments)
+        except (ValueError, RecursionError):
+            return None, "arguments are not a JSON object"
+    try:
+        return ToolCall.model_validate({"name": item.get("name"), "arguments": arguments}), ""
+    except ValueError as exc:
+        return None, f"invalid tool call: {str(exc).splitlines()[0][:120]}"
+
+
 def _parse_one(payload: str) -> tuple[ToolCall | None, str]:
     text = payload.strip()
     try:

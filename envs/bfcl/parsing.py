@@ -14,14 +14,13 @@ small JSON-like data (`value_problem`: depth, size, types, magnitudes) becomes a
 from __future__ import annotations
 
 import ast
-import json
 import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from envs.base import ToolCall
-from llm.toolcalls import MAX_REPLY_CHARS, OPEN, ParsedReply, parse_tool_calls
+from llm.toolcalls import MAX_REPLY_CHARS, OPEN, ParsedReply, parse_call_list, parse_tool_calls
 
 MAX_CALLS = 64
 """Calls per step in the python-list and list forms (a long_context ground-truth turn has 34); Hermes
@@ -66,20 +65,7 @@ def _read(action: Any, signatures: Signatures) -> ParsedReply:
         if OPEN in action:
             return parse_tool_calls(action)
         return parse_python_calls(action, signatures)
-    if not isinstance(action, list | tuple):
-        return ParsedReply(
-            errors=[f"action must be reply text or a list of tool calls, got {type(action).__name__}"]
-        )
-    parsed = ParsedReply()
-    for item in action[:MAX_CALLS]:
-        call, error = _as_call(item)
-        if call is None:
-            parsed.errors.append(error)
-        else:
-            parsed.calls.append(call)
-    if len(action) > MAX_CALLS:
-        parsed.errors.append(f"more than {MAX_CALLS} tool calls in one reply")
-    return parsed
+    return parse_call_list(action, max_calls=MAX_CALLS)
 
 
 def value_problem(value: Any) -> str:
@@ -107,26 +93,6 @@ def value_problem(value: Any) -> str:
         else:
             return f"has unsupported type {type(item).__name__}"
     return ""
-
-
-def _as_call(item: Any) -> tuple[ToolCall | None, str]:
-    """One call given as a ToolCall, a {name, arguments} dict or an OpenAI {function: {...}} dict."""
-    if isinstance(item, ToolCall):
-        return item, ""
-    if isinstance(item, dict) and isinstance(item.get("function"), dict):
-        item = item["function"]
-    if not isinstance(item, dict):
-        return None, f"a tool call must be an object with name and arguments, got {type(item).__name__}"
-    arguments = item.get("arguments", {})
-    if isinstance(arguments, str):  # OpenAI-style JSON-encoded arguments
-        try:
-            arguments = json.loads(arguments)
-        except (ValueError, RecursionError):
-            return None, "arguments are not a JSON object"
-    try:
-        return ToolCall.model_validate({"name": item.get("name"), "arguments": arguments}), ""
-    except ValueError as exc:
-        return None, f"invalid tool call: {str(exc).splitlines()[0][:120]}"
 
 
 def parse_python_calls(text: str, signatures: Signatures) -> ParsedReply:

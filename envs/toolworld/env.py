@@ -16,17 +16,16 @@ on first use and cached on the instance; each instance runs one episode at a tim
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
-from envs.base import Action, Evaluation, Observation, StepResult, Task, ToolCall, content_hash
+from envs.base import Action, Evaluation, Observation, StepResult, Task, content_hash
 from envs.toolworld.checker import build_checker, score
 from envs.toolworld.demonstrations import demonstrations
 from envs.toolworld.tasks import SPLITS, generate_split, templates_of
 from envs.toolworld.tools import ToolCatalog
 from envs.toolworld.world import World
-from llm.toolcalls import MAX_CALLS, ParsedReply, parse_tool_calls
+from llm.toolcalls import ParsedReply, parse_call_list, parse_tool_calls
 
 TOOL_MODES = ("involved", "all")
 
@@ -48,42 +47,7 @@ class _Episode:
 
 def read_action(action: Any) -> ParsedReply:
     """Calls, parse errors and plain text of an action (reply text or a list of calls); never raises."""
-    if isinstance(action, str):
-        return parse_tool_calls(action)
-    if not isinstance(action, list | tuple):
-        return ParsedReply(
-            errors=[f"action must be reply text or a list of tool calls, got {type(action).__name__}"]
-        )
-    parsed = ParsedReply()
-    for item in action[:MAX_CALLS]:
-        call, error = _as_call(item)
-        if call is None:
-            parsed.errors.append(error)
-        else:
-            parsed.calls.append(call)
-    if len(action) > MAX_CALLS:
-        parsed.errors.append(f"more than {MAX_CALLS} tool calls in one reply")
-    return parsed
-
-
-def _as_call(item: Any) -> tuple[ToolCall | None, str]:
-    """One call given as a ToolCall, a {name, arguments} dict or an OpenAI {function: {...}} dict."""
-    if isinstance(item, ToolCall):
-        return item, ""
-    if isinstance(item, dict) and isinstance(item.get("function"), dict):
-        item = item["function"]
-    if not isinstance(item, dict):
-        return None, f"a tool call must be an object with name and arguments, got {type(item).__name__}"
-    arguments = item.get("arguments", {})
-    if isinstance(arguments, str):  # OpenAI-style JSON-encoded arguments
-        try:
-            arguments = json.loads(arguments)
-        except (ValueError, RecursionError):
-            return None, "arguments are not a JSON object"
-    try:
-        return ToolCall.model_validate({"name": item.get("name"), "arguments": arguments}), ""
-    except ValueError as exc:
-        return None, f"invalid tool call: {str(exc).splitlines()[0][:120]}"
+    return parse_tool_calls(action) if isinstance(action, str) else parse_call_list(action)
 
 
 class ToolWorldEnv:
