@@ -49,10 +49,12 @@ def main() -> None:
     engine = HfEngine(model, tokenizer, batch_size=args.batch_size)
     engine.generate([chat.prompt_ids([{"role": "user", "content": "hi"}], tools=[])], sampling)  # warm-up
 
+    engine.prefill_tokens = 0
     started = time.perf_counter()
     episodes = run_episodes(engine, chat, lambda: envs.make("toolworld"), jobs, sampling,
                             EpisodeLimits(args.max_replies, 4096))
     loop_seconds = time.perf_counter() - started
+    prefill_ratio = engine.prefill_tokens / sum(len(ep.input_ids) for ep in episodes)
     loop_tokens = sum(ep.completion_tokens for ep in episodes)
 
     prompts = [ep.input_ids[: ep.prompt_tokens] for ep in episodes]
@@ -69,6 +71,7 @@ def main() -> None:
           f"({sum(ep.replies for ep in episodes)} replies, mean prompt {sum(map(len, prompts)) / len(prompts):.0f} tokens)")
     print(f"one batched generate: {base_tokens} tokens in {base_seconds:.1f} s = {base_rate:.1f} tok/s")
     print(f"ratio: {loop_rate / base_rate:.2f}")
+    print(f"prefill tokens per episode / final context length: {prefill_ratio:.2f} (KV reuse across turns)")
 
 
 if __name__ == "__main__":

@@ -2,10 +2,16 @@
 so `coevolve --help` is instant.
 
     coevolve run configs/toolworld-smollm2.yaml            # a short run of the demo config
+    coevolve run --run toolworld-smollm2 --more 1          # one more round, with the run's saved config
+    coevolve serve                                         # serve deployment coevolve/round (PREFECT_API_URL)
     coevolve stage rollout --run demo --round 1 --force    # re-run one stage from cached inputs
-    coevolve sql "SELECT round, avg(reward) FROM trajectories GROUP BY ALL ORDER BY round"
+    coevolve sql "SELECT round, avg(reward) FROM trajectories GROUP BY ALL ORDER BY round"   # docs/sql.md
     coevolve runs                                          # runs, rounds, dataset size, success
+    coevolve show task 3f2a | coevolve show trajectory 9c  # one task / episode, by id prefix
     coevolve env list | coevolve env replay toolworld --split test
+
+Bad input or state (config, run, round, stage name, corrupt artifact, unreachable Prefect server) ends in
+one paragraph on stderr that names the command that fixes it, and exit status 2.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from flows.config import ConfigError, load_config
+from flows.config import load_config
 from stages.config import CoevolveConfig
 from stages.context import RunContext
 from stages.registry import round_plan
@@ -132,8 +132,3 @@ def persist_overrides(layout: RunLayout, overrides: list[str]) -> CoevolveConfig
     write_text_atomic(cfg.to_yaml(), layout.config_path)
     return cfg
 
-
-__all__ = [
-    "ConfigError", "IDENTITY_FIELDS", "RunError", "check_compatible", "check_round", "completed_rounds",
-    "identity_changes", "persist_overrides", "resolve_run", "rounds_to_run", "storage_root",
-]

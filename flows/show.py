@@ -23,6 +23,10 @@ ROLE_STYLE = {"system": "dim", "user": "bold cyan", "assistant": "bold green", "
 class IdLookupError(LookupError):
     """No row, or several, match an id prefix; the message says what to type instead."""
 
+    def __init__(self, message: str, *, found: int = 0) -> None:
+        super().__init__(message)
+        self.found = found  # how many ids matched (0: none, or no such view yet)
+
 
 def find_id(con: Any, view: str, column: str, prefix: str, run: str | None) -> tuple[str, list[str]]:
     """The full id matching `prefix` in `view` and the runs that hold it."""
@@ -40,7 +44,8 @@ def find_id(con: Any, view: str, column: str, prefix: str, run: str | None) -> t
                            f"`coevolve sql \"SELECT {column} FROM {view} LIMIT 10\"`")
     if len(rows) > 1:
         shown = ", ".join(r[0][: len(prefix) + 6] for r in rows[:5])
-        raise IdLookupError(f"{prefix!r} matches several {view}{scope} ({shown}, ...): type more of the id")
+        raise IdLookupError(f"{prefix!r} matches several {view}{scope} ({shown}, ...): type more of the id",
+                            found=len(rows))
     return rows[0][0], rows[0][1]
 
 
@@ -88,9 +93,22 @@ def _kv_table(pairs: list[tuple[str, Any]]) -> Table:
 
 
 def task_view(con: Any, prefix: str, run: str | None = None) -> list[Any]:
-    """Renderables for one task: header, turns with their solution calls, checker, lineage, success."""
+    """Renderables for one task: header, turns with their solution calls, checker, lineage, success.
+
+    A task outside every dataset (a held-out or exploration task) is found through its trajectories."""
     console = Console(stderr=True)
-    task_id, runs = find_id(con, "tasks", "task_id", prefix, run)
+    try:
+        task_id, runs = find_id(con, "tasks", "task_id", prefix, run)
+    except IdLookupError as missing:
+        if missing.found:
+            raise
+        try:
+            task_id, runs = find_id(con, "trajectories", "task_id", prefix, run)
+        except IdLookupError:
+            raise missing from None
+        run = _pick_run(runs, run, console)
+        note = Text(f"{task_id} is in no dataset of run '{run}' (a held-out or exploration task): its episodes")
+        return [Panel(note, title="task", title_align="left"), _success_panel(con, task_id, run)]
     run = _pick_run(runs, run, console)
     task = _rows(con, "SELECT * FROM tasks WHERE task_id = ? AND run = ? ORDER BY round LIMIT 1", [task_id, run])[0]
     turns = json.loads(task["turns"])
@@ -104,18 +122,23 @@ def task_view(con: Any, prefix: str, run: str | None = None) -> list[Any]:
         ("task", task_id), ("run", run), ("env / split / family", f"{task['env']} / {task['split']} / {task['family']}"),
         ("source", task["source"]), ("added in round", task["round"]),
     ])
-    success = Table("round", "source", "episodes", "successes", "mean reward", header_style="bold")
-    for row in _rows(con, "SELECT round, source, count(*) AS n, sum(success::INT) AS ok, avg(reward) AS reward "
-                          "FROM trajectories WHERE task_id = ? AND run = ? GROUP BY ALL ORDER BY ALL",
-                     [task_id, run]):
-        success.add_row(str(row["round"]), row["source"], str(row["n"]), str(row["ok"]), f"{row['reward']:.3f}")
     return [
         Panel(header, title="task", title_align="left"),
         Panel(Group(*conversation), title="turns and reference solution", title_align="left"),
         Panel(_json_block(task["checker"]), title="checker", title_align="left"),
         Panel(_lineage(task["lineage"]), title="lineage", title_align="left"),
-        Panel(success, title="its trajectories: success per round", title_align="left"),
+        _success_panel(con, task_id, run),
     ]
+
+
+def _success_panel(con: Any, task_id: str, run: str) -> Panel:
+    success = Table("round", "stage", "source", "episodes", "successes", "mean reward", header_style="bold")
+    for row in _rows(con, "SELECT round, stage, source, count(*) AS n, sum(success::INT) AS ok, "
+                          "avg(reward) AS reward FROM trajectories WHERE task_id = ? AND run = ? "
+                          "GROUP BY ALL ORDER BY ALL", [task_id, run]):
+        success.add_row(str(row["round"]), row["stage"], row["source"], str(row["n"]), str(row["ok"]),
+                        f"{row['reward']:.3f}")
+    return Panel(success, title="its trajectories: success per round", title_align="left")
 
 
 def _message(message: dict[str, Any]) -> Text:

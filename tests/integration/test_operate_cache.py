@@ -18,7 +18,7 @@ from tests.conftest import CONFIGS
 pytestmark = pytest.mark.slow
 
 RUN = "cache"
-CHEAP = ["rollout.tasks_per_round=1", "rollout.k=2", "rollout.max_new_tokens=12", "eval.max_tasks=2"]
+CHEAP = ["rollout.tasks_per_round=1", "rollout.k=2", "rollout.max_new_tokens=12", "eval.max_tasks=1", "train.beta=0"]
 ROUND0 = ["bootstrap", "baseline", "rollout", "grpo_update", "evaluate"]
 
 

@@ -86,6 +86,15 @@ def test_show_trajectory_renders_messages_steps_reward_and_task(evolved_run):
     assert "coevolve show task" in out
 
 
+def test_show_task_of_a_heldout_task_lists_its_episodes(evolved_run):
+    from storage.catalog import query
+
+    task_id = query(evolved_run.root, "SELECT task_id FROM evals LIMIT 1").to_pylist()[0]["task_id"]
+    out = show(evolved_run.root, "task", task_id)
+    assert "in no dataset of run 'evo'" in " ".join(out.split())
+    assert "baseline" in out and "evaluate" in out and "eval:test" in out
+
+
 def test_show_ambiguous_and_unknown_prefixes(evolved_run):
     runner = CliRunner()
     root = str(evolved_run.root)
