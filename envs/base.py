@@ -97,6 +97,12 @@ class StepResult(BaseModel):
     info: dict[str, Any] = Field(default_factory=dict)
     """Details for the ledger: parsed `calls` (list of {name, arguments}), `errors` per call, ..."""
 
+    @classmethod
+    def episode_over(cls, turn: int) -> StepResult:
+        """What `step` returns when called after the episode ended: nothing happens."""
+        info = {"calls": [], "parse_errors": [], "turn": turn, "episode_over": True}
+        return cls(messages=[], done=True, turn_ended=False, info=info)
+
 
 class Evaluation(BaseModel):
     """The episode's score. Success is reward >= 0.5 (the paper's convention)."""

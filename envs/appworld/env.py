@@ -145,8 +145,7 @@ class AppWorldEnv:
         """Send the action's code to the server; the episode ends on complete_task or the interaction cap."""
         episode = self._require_episode()
         if episode.done:
-            info = {"calls": [], "parse_errors": [], "turn": 0, "episode_over": True}
-            return StepResult(messages=[], done=True, turn_ended=False, info=info)
+            return StepResult.episode_over(0)
         parsed = read_code(action)
         episode.interactions += 1
         info: dict[str, Any] = {

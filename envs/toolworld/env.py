@@ -115,12 +115,7 @@ class ToolWorldEnv:
         """Run the tool calls of `action`, or take it as the turn's final answer; never raises on content."""
         episode = self._require_episode()
         if episode.done:
-            return StepResult(
-                messages=[],
-                done=True,
-                turn_ended=False,
-                info={"calls": [], "parse_errors": [], "turn": episode.turn, "episode_over": True},
-            )
+            return StepResult.episode_over(episode.turn)
         parsed = read_action(action)
         info: dict[str, Any] = {"calls": [], "parse_errors": list(parsed.errors), "turn": episode.turn}
         if not parsed.has_tool_syntax:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 import json
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
@@ -25,7 +26,7 @@ class ToolError(Exception):
     """Invalid use of a tool; the message is shown to the agent as the tool's result."""
 
 
-class App:
+class App(ABC):
     """One stateful app: `state` is its JSON-able data, `TOOLS` the method names offered as tools."""
 
     name: ClassVar[str] = ""
@@ -38,9 +39,9 @@ class App:
         self.state.update(state or {})
 
     @classmethod
+    @abstractmethod
     def empty_state(cls) -> dict[str, Any]:
         """The state of the app with no data (missing keys of a loaded state are filled from it)."""
-        raise NotImplementedError
 
 
 def shown(value: Any, limit: int = 60) -> str:
