@@ -32,6 +32,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=1, help="episodes per task")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--max-replies", type=int, default=6)
+    parser.add_argument("--max-context-tokens", type=int, default=2048,
+                        help="episode context cap (BFCL prompts alone are 1.1k-2.2k tokens: use 4096)")
     parser.add_argument("--batch-size", type=int, default=16)
     args = parser.parse_args()
 
@@ -47,7 +49,7 @@ def main() -> None:
         jobs = [(t, k) for t in tasks for k in range(args.samples)]
         started = time.perf_counter()
         episodes = run_episodes(engine, chat, lambda: envs.make(args.env), jobs, sampling,
-                                EpisodeLimits(args.max_replies, 2048))
+                                EpisodeLimits(args.max_replies, args.max_context_tokens))
         seconds = time.perf_counter() - started
         results[split] = summarise(episodes, seconds)
         print(json.dumps({"split": split, **results[split]}, indent=1))

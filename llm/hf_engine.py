@@ -1,7 +1,8 @@
 """`HfEngine`: the policy served in-process by transformers, batched, CPU by default.
 
 Rollout hands it token-id prompts of different lengths; it left-pads them into sub-batches of
-`batch_size` (prompts sorted by length so a sub-batch wastes little padding), decodes with a KV cache in
+`batch_size` (prompts sorted by length so a sub-batch wastes little padding; a prompt repeated in a
+sub-batch, like the K samples of a GRPO group, is prefilled once and its KV cache shared), decodes with a KV cache in
 its own small sampling loop, and returns for every prompt the exact sampled ids and the log-probs
 `log_softmax(logits / T)` of those ids under the raw model logits (before top-p truncation; T = 1 for
 greedy). A completion stops at the first end-of-sequence or extra stop id, which it keeps; a finished
@@ -23,12 +24,13 @@ device or process) and hands over a checkpoint directory or a state dict.
 from __future__ import annotations
 
 import os
+from collections import defaultdict
 from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
 from llm.engine import Completion, SamplingParams
-from llm.kv_sessions import KvSessions, batch_cache, extract_row
+from llm.kv_sessions import CachedPrefix, KvSessions, batch_cache, extract_row
 
 
 class HfEngine:
@@ -109,6 +111,7 @@ class HfEngine:
 
         device = self.model.device
         reused = [self.sessions.reusable(s, p) for s, p in zip(sessions, prompts, strict=True)]
+        reused = self._share_repeated_prompts(prompts, reused)
         cache, cache_mask, cached = batch_cache(reused, self.model.config)
         suffixes = [p[n:] for p, n in zip(prompts, cached, strict=True)]
         self.prefill_tokens += sum(map(len, suffixes))
@@ -136,8 +139,9 @@ class HfEngine:
                 if t not in stop and len(tokens[rows[j]]) < sampling.max_new_tokens:
                     keep.append(j)
             kept = set(keep)
-            self._hand_over(cache, mask, rows, [j for j in range(len(rows)) if j not in kept],
-                            prompts, tokens, sessions)
+            self._hand_over(
+                cache, mask, rows, [j for j in range(len(rows)) if j not in kept], prompts, tokens, sessions
+            )
             if not keep:
                 break
             if len(keep) < len(rows):  # finished rows leave the batch (and the cache): no more compute
@@ -150,8 +154,49 @@ class HfEngine:
             positions = positions[:, -1:] + 1
         return [self._completion(t, lp, stop) for t, lp in zip(tokens, logprobs, strict=True)]
 
-    def _hand_over(self, cache: Any, mask: Any, rows: list[int], finished: list[int], prompts: list[list[int]],
-                   tokens: list[list[int]], sessions: list[Hashable | None]) -> None:
+    def _share_repeated_prompts(
+        self, prompts: list[list[int]], reused: list[CachedPrefix | None]
+    ) -> list[CachedPrefix | None]:
+        """Prefill once a prompt that several uncached rows share (the K samples of a GRPO group).
+
+        Its keys and values, for all but the last token, become those rows' cached prefix; the batch
+        prefill then encodes one token per such row instead of the whole prompt.
+        """
+        import torch
+
+        rows_of: dict[tuple[int, ...], list[int]] = defaultdict(list)
+        for i, (prompt, entry) in enumerate(zip(prompts, reused, strict=True)):
+            if entry is None and len(prompt) > 1:
+                rows_of[tuple(prompt)].append(i)
+        repeated = [prompt for prompt, rows in rows_of.items() if len(rows) > 1]
+        if not repeated:
+            return reused
+        device = self.model.device
+        shared = [list(prompt[:-1]) for prompt in repeated]
+        width = max(map(len, shared))
+        ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in shared], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in shared], device=device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                         logits_to_keep=1)  # fmt: skip
+        self.prefill_tokens += sum(map(len, shared))
+        reused = list(reused)
+        for j, prompt in enumerate(repeated):
+            entry = extract_row(out.cache, j, mask[j], shared[j])
+            for i in rows_of[prompt]:
+                reused[i] = entry
+        return reused
+
+    def _hand_over(
+        self,
+        cache: Any,
+        mask: Any,
+        rows: list[int],
+        finished: list[int],
+        prompts: list[list[int]],
+        tokens: list[list[int]],
+        sessions: list[Hashable | None],
+    ) -> None:
         """Store the cache rows of finished prompts in their sessions (all but the last sampled token,
         which was never fed to the model)."""
         for j in finished:

@@ -11,7 +11,9 @@ Steps of `grpo_update`:
    through momentum and weight decay).
 3. The remaining rows are split into ``mini_batches`` mini-batches along group boundaries (a group is
    never split, so token-level normalisation is over whole groups), each cut into micro-batches of
-   at most ``micro_batch_size`` rows sorted by length.
+   at most ``micro_batch_size`` rows. With ``shared_prefix`` (the default) a micro-batch holds rows of
+   one group and every log-prob pass encodes their common prompt once (`rl.shared_prefix`); otherwise
+   micro-batches mix groups, sorted by length so that padding is small.
 4. Old log-probs are recomputed by the policy itself under ``no_grad`` before the first gradient step,
    with exactly the micro-batches used for training: same kernels, same padding, so the ratio is 1 on
    the first step and there is no engine/trainer numeric drift. Reference log-probs come from
@@ -37,6 +39,7 @@ from rl.advantages import group_advantages
 from rl.batch import SampleBatch, micro_batches
 from rl.logprobs import token_logprobs
 from rl.loss import LossMetrics, grpo_loss
+from rl.shared_prefix import shared_prefix_logprobs, supports_shared_prefix
 
 Plan = list[list[list[int]]]  # mini-batches -> micro-batches -> row indices
 
@@ -55,6 +58,7 @@ class UpdateHyperparams:
     max_grad_norm: float | None = 1.0  # None or <= 0: measure the norm, do not clip
     temperature: float = 1.0  # sampling temperature of the rollouts
     weight_decay: float = 0.0
+    shared_prefix: bool = True  # encode a group's common prefix once (exact; plain path if unsupported)
 
 
 @dataclass(frozen=True)
@@ -101,17 +105,26 @@ def trainable_rows(batch: SampleBatch, advantages: Tensor, beta: float) -> list[
     ]
 
 
-def plan_update(batch: SampleBatch, rows: list[int], mini_batches: int, micro_batch_size: int) -> Plan:
-    """Split ``rows`` into up to ``mini_batches`` groups-aligned mini-batches of micro-batches."""
+def plan_update(
+    batch: SampleBatch, rows: list[int], mini_batches: int, micro_batch_size: int, *, by_group: bool = False
+) -> Plan:
+    """Split ``rows`` into up to ``mini_batches`` groups-aligned mini-batches of micro-batches.
+
+    ``by_group``: every micro-batch holds rows of a single group (for shared-prefix passes).
+    """
     groups = list(dict.fromkeys(batch.group_ids[i] for i in rows))  # first-appearance order
     parts = max(1, min(mini_batches, len(groups)))
     bounds = [round(k * len(groups) / parts) for k in range(parts + 1)]
     plan = []
     for k in range(parts):
-        chunk = set(groups[bounds[k] : bounds[k + 1]])
+        chunk = groups[bounds[k] : bounds[k + 1]]
         mini = [i for i in rows if batch.group_ids[i] in chunk]
-        if mini:
-            plan.append(micro_batches(batch.lengths, mini, micro_batch_size))
+        if not mini:
+            continue
+        pieces = [[i for i in mini if batch.group_ids[i] == g] for g in chunk] if by_group else [mini]
+        plan.append(
+            [micro for piece in pieces for micro in micro_batches(batch.lengths, piece, micro_batch_size)]
+        )
     return plan
 
 
@@ -138,23 +151,34 @@ def _is_peft(model: nn.Module) -> bool:
     return isinstance(model, PeftModel)
 
 
+def micro_batch_logprobs(
+    model: nn.Module, batch: SampleBatch, micro: list[int], *, temperature: float, shared_prefix: bool
+) -> Tensor:
+    """Log-probs ``[b, T]`` of the rows ``micro``, right-padded like ``batch.pad(micro)``.
+
+    ``shared_prefix``: encode the rows' common prefix once (`rl.shared_prefix`) when that saves work.
+    """
+    if shared_prefix:
+        rows = [batch.input_ids[i] for i in micro]
+        lp = shared_prefix_logprobs(model, rows, temperature=temperature)
+        if lp is not None:
+            return lp
+    padded = batch.pad(micro).to(_device(model))
+    return token_logprobs(model, padded.input_ids, padded.attention_mask, temperature=temperature)
+
+
 @torch.no_grad()
 def _fixed_logprobs(
-    model: nn.Module, batch: SampleBatch, plan: Plan, temperature: float
+    model: nn.Module, batch: SampleBatch, plan: Plan, temperature: float, shared_prefix: bool
 ) -> list[list[Tensor]]:
     """Log-probs ``[b, T]`` of every micro-batch of ``plan`` under a frozen view of ``model``."""
     was_training = model.training
     model.eval()
-    device = _device(model)
-    out = []
-    for mini in plan:
-        row = []
-        for micro in mini:
-            padded = batch.pad(micro).to(device)
-            row.append(
-                token_logprobs(model, padded.input_ids, padded.attention_mask, temperature=temperature)
-            )
-        out.append(row)
+    out = [
+        [micro_batch_logprobs(model, batch, micro, temperature=temperature, shared_prefix=shared_prefix)
+         for micro in mini]
+        for mini in plan
+    ]  # fmt: skip
     model.train(was_training)
     return out
 
@@ -165,11 +189,14 @@ def _reference_logprobs(
     if hp.beta == 0:
         return None
     if ref_model is not None:
-        ref = _fixed_logprobs(ref_model, batch, plan, hp.temperature)
+        shared = hp.shared_prefix and supports_shared_prefix(ref_model)
+        ref = _fixed_logprobs(ref_model, batch, plan, hp.temperature, shared)
         device = _device(model)
         return [[t.to(device) for t in mini] for mini in ref]
     with model.disable_adapter():  # peft: the base model is the reference
-        return _fixed_logprobs(model, batch, plan, hp.temperature)
+        return _fixed_logprobs(
+            model, batch, plan, hp.temperature, hp.shared_prefix and supports_shared_prefix(model)
+        )
 
 
 class _MetricsSum:
@@ -222,6 +249,7 @@ def _mini_batch_step(
     hp: UpdateHyperparams,
     acc: _MetricsSum,
     progress: Callable[[int], object] | None,
+    shared_prefix: bool,
 ) -> None:
     """One optimizer step: gradients accumulated over the micro-batches of ``mini``.
 
@@ -233,7 +261,9 @@ def _mini_batch_step(
     optimizer.zero_grad(set_to_none=True)
     for u, micro in enumerate(mini):
         padded = batch.pad(micro).to(device)
-        lp = token_logprobs(model, padded.input_ids, padded.attention_mask, temperature=hp.temperature)
+        lp = micro_batch_logprobs(
+            model, batch, micro, temperature=hp.temperature, shared_prefix=shared_prefix
+        )
         loss, metrics = grpo_loss(
             lp, old[u], None if ref is None else ref[u], adv[micro].to(device), padded.loss_mask,
             clip_low=hp.clip_low, clip_high=hp.clip_high, beta=hp.beta, num_tokens=num_tokens,
@@ -267,19 +297,22 @@ def grpo_update(
         )
     adv = _advantages(batch)  # [N]
     rows = trainable_rows(batch, adv, hp.beta)
-    plan = plan_update(batch, rows, hp.mini_batches, hp.micro_batch_size) if rows else []
+    shared = hp.shared_prefix and supports_shared_prefix(model)
+    plan = plan_update(batch, rows, hp.mini_batches, hp.micro_batch_size, by_group=shared) if rows else []
     group_ids = torch.tensor(batch.group_ids, dtype=torch.long)
     acc = _MetricsSum()
 
     if plan:
-        old = _fixed_logprobs(model, batch, plan, hp.temperature)
+        old = _fixed_logprobs(model, batch, plan, hp.temperature, shared)
         ref = _reference_logprobs(model, ref_model, batch, plan, hp)
         was_training = model.training
         model.train()
         for _ in range(hp.epochs):
             for m, mini in enumerate(plan):
                 mini_ref = None if ref is None else ref[m]
-                _mini_batch_step(model, optimizer, batch, mini, adv, old[m], mini_ref, hp, acc, progress)
+                _mini_batch_step(
+                    model, optimizer, batch, mini, adv, old[m], mini_ref, hp, acc, progress, shared
+                )
         optimizer.zero_grad(set_to_none=True)
         model.train(was_training)
 

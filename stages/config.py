@@ -205,6 +205,9 @@ class TrainConfig(Section):
     """Gradient-norm clip."""
     keep_checkpoints: int = Field(2, ge=1)
     """Most recent round checkpoints kept on disk (older ones are pruned)."""
+    shared_prefix: bool = True
+    """Encode a group's common prompt once in every log-prob pass (exact; `rl.shared_prefix`). With it a
+    micro-batch holds rows of one group, so `micro_batch_size: k` encodes each prompt once per pass."""
 
 
 class RunSection(Section):

@@ -60,3 +60,20 @@ def test_a_prompt_that_does_not_extend_the_session_is_encoded_whole(engine):
     other = engine.generate([[9, 9, 9]], sampling, sessions=["s"])[0]  # diverges from the cache
     assert other.token_ids == fresh.token_ids and first.token_ids
     engine.end_sessions(["s"])
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_a_repeated_prompt_is_prefilled_once_with_the_same_results(engine, greedy):
+    group, other = [1, 17, 23, 99] * 6, [5, 6, 7, 8, 9]
+    prompts = [group] * 4 + [other]
+    sampling = SamplingParams(greedy=greedy, temperature=1.0, max_new_tokens=6, seed=11)
+    engine.prefill_tokens = 0
+    together = engine.generate(prompts, sampling)
+    assert engine.prefill_tokens == (len(group) - 1) + 4 + len(other)
+    if not greedy:  # the K samples of the group still differ from each other
+        assert len({tuple(c.token_ids) for c in together[:4]}) > 1
+        return
+    for shared, prompt in zip(together, prompts, strict=True):
+        alone = engine.generate([prompt], sampling)[0]  # a batch of one: nothing to share
+        assert shared.token_ids == alone.token_ids
+        assert shared.logprobs == pytest.approx(alone.logprobs, abs=1e-4)

@@ -1,0 +1,129 @@
+"""Shared-prefix log-probs: a group's common prompt encoded once, training-equivalent to the plain path."""
+
+import copy
+import logging
+
+import pytest
+import torch
+import transformers
+
+from rl.batch import SampleBatch
+from rl.logprobs import token_logprobs
+from rl.shared_prefix import common_prefix_length, shared_prefix_logprobs, supports_shared_prefix
+from rl.update import UpdateHyperparams, grpo_update, plan_update
+from tests.unit.test_rl_update import GradRecorder
+
+VOCAB = 128
+
+
+def tiny(kind: str, seed: int = 0):
+    torch.manual_seed(seed)
+    common = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)  # fmt: skip
+    if kind == "llama":
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(**common)).eval()
+    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common)).eval()
+
+
+def multi_turn_batch(groups: int, k: int, vocab: int, prompt_len: int = 24, seed: int = 0) -> SampleBatch:
+    """K samples per group sharing a prompt; each suffix is reply, masked tool output, reply."""
+    g = torch.Generator().manual_seed(seed)
+    ids, masks, rewards, group_ids = [], [], [], []
+    for group in range(groups):
+        prompt = torch.randint(3, vocab, (prompt_len,), generator=g).tolist()
+        for sample in range(k):
+            reply, tool, reply2 = (int(torch.randint(2, 9, (1,), generator=g)) for _ in range(3))
+            suffix = torch.randint(3, vocab, (reply + tool + reply2,), generator=g).tolist()
+            ids.append(prompt + suffix)
+            masks.append([0] * prompt_len + [1] * reply + [0] * tool + [1] * reply2)
+            rewards.append(float((sample + group) % 3 == 0))
+            group_ids.append(group)
+    return SampleBatch(ids, masks, rewards, group_ids)
+
+
+def test_common_prefix_length():
+    assert common_prefix_length([]) == 0
+    assert common_prefix_length([[1, 2, 3]]) == 3
+    assert common_prefix_length([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
+    assert common_prefix_length([[1, 2], [3, 2]]) == 0
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+def test_logprobs_equal_the_plain_padded_pass(kind):
+    model = tiny(kind)
+    batch = multi_turn_batch(1, 5, VOCAB)
+    padded = batch.pad(range(5))
+    with torch.no_grad():
+        plain = token_logprobs(model, padded.input_ids, padded.attention_mask, temperature=0.7)
+        shared = shared_prefix_logprobs(model, batch.input_ids, temperature=0.7)
+    assert shared.shape == plain.shape
+    torch.testing.assert_close(shared, plain, atol=1e-5, rtol=0)
+
+
+def test_nothing_to_share_returns_none():
+    model = tiny("llama")
+    assert shared_prefix_logprobs(model, [[5, 6, 7]]) is None
+    assert shared_prefix_logprobs(model, [[5, 6, 7], [8, 6, 7]]) is None
+    assert shared_prefix_logprobs(model, [[5, 6, 7], [5, 9, 7]]) is None  # lcp 1: nothing before it
+
+
+def test_by_group_plan_never_mixes_groups():
+    batch = multi_turn_batch(3, 4, VOCAB)
+    plan = plan_update(batch, list(range(12)), 2, 3, by_group=True)
+    micros = [micro for mini in plan for micro in mini]
+    assert sorted(i for micro in micros for i in micro) == list(range(12))
+    assert all(len({batch.group_ids[i] for i in micro}) == 1 and len(micro) <= 3 for micro in micros)
+
+
+def update_grads(model, batch, *, shared: bool, beta: float):
+    model = copy.deepcopy(model)
+    ref = copy.deepcopy(model) if beta > 0 else None
+    recorder = GradRecorder(model)
+    hp = UpdateHyperparams(lr=1e-3, beta=beta, micro_batch_size=4, temperature=0.9, shared_prefix=shared,
+                           max_grad_norm=None)  # fmt: skip
+    result = grpo_update(model, ref, recorder, batch, hp)
+    return recorder.grads[0], result
+
+
+def assert_training_equivalent(model, batch, beta):
+    plain_grads, plain = update_grads(model, batch, shared=False, beta=beta)
+    shared_grads, shared = update_grads(model, batch, shared=True, beta=beta)
+    assert plain.groups_with_signal > 0 and plain.optimizer_steps == shared.optimizer_steps == 1
+    assert shared.loss == pytest.approx(plain.loss, abs=1e-5)
+    assert shared.kl == pytest.approx(plain.kl, abs=1e-5)
+    assert plain_grads.keys() == shared_grads.keys()
+    worst = max(float((plain_grads[n] - shared_grads[n]).abs().max()) for n in plain_grads)
+    assert worst <= 1e-5, f"gradients differ by {worst}"
+    assert max(float(g.abs().max()) for g in plain_grads.values()) > 1e-3  # the check is not vacuous
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])
+@pytest.mark.parametrize("beta", [0.0, 0.05])
+def test_update_loss_and_gradients_equal_the_plain_path(kind, beta):
+    assert_training_equivalent(tiny(kind), multi_turn_batch(2, 4, VOCAB), beta)
+
+
+def test_unsupported_architecture_takes_the_plain_path_and_warns_once(caplog, monkeypatch):
+    model = tiny("llama")
+    monkeypatch.setattr(model.config, "model_type", "made-up-arch")
+    batch = multi_turn_batch(2, 4, VOCAB)
+    with caplog.at_level(logging.WARNING, logger="rl.shared_prefix"):
+        assert not supports_shared_prefix(model)
+        grads, _ = update_grads(model, batch, shared=True, beta=0.0)
+    assert sum("made-up-arch" in r.getMessage() for r in caplog.records) == 1
+    plain, _ = update_grads(model, batch, shared=False, beta=0.0)
+    assert all(torch.equal(grads[n], plain[n]) for n in plain)
+
+
+@pytest.mark.slow
+def test_smollm2_update_is_training_equivalent():
+    from llm.chat import ChatFormat
+    from llm.models import load_model
+
+    model, tokenizer = load_model("smollm2-135m")
+    chat = [{"role": "user", "content": "List the files in the current directory, then read notes.txt."}]
+    prompt = ChatFormat(tokenizer).prompt_ids(chat, tools=[])
+    batch = multi_turn_batch(2, 4, model.config.vocab_size, prompt_len=len(prompt))
+    ids = [prompt + row[len(prompt) :] for row in batch.input_ids]
+    batch = SampleBatch(ids, batch.loss_mask, batch.rewards, batch.group_ids)
+    assert_training_equivalent(model.float(), batch, beta=0.05)
