@@ -205,6 +205,11 @@ class TrainConfig(Section):
     """Gradient-norm clip."""
     keep_checkpoints: int = Field(2, ge=1)
     """Most recent round checkpoints kept on disk (older ones are pruned)."""
+    lora_rank: int = Field(0, ge=0)
+    """0 = full fine-tuning; r > 0 trains a LoRA adapter (peft) of rank r on every linear layer, and the KL
+    reference is the base model with the adapter disabled (no second model in memory)."""
+    lora_alpha: float = Field(32.0, gt=0.0)
+    """LoRA scaling numerator (the adapter's update is scaled by lora_alpha / lora_rank)."""
     shared_prefix: bool = True
     """Encode a group's common prompt once in every log-prob pass (exact; `rl.shared_prefix`). With it a
     micro-batch holds rows of one group, so `micro_batch_size: k` encodes each prompt once per pass."""

@@ -40,9 +40,12 @@ class Policy:
 
         cfg = self.model_config
         self.model, self.tokenizer = load_model(cfg.name, dtype=cfg.dtype, device=cfg.device)
+        if self.train_config.lora_rank:
+            self.model = with_lora_adapter(self.model, self.train_config)
         self.version = base_version(cfg)
-        self.engine = HfEngine(self.model, self.tokenizer, batch_size=cfg.generation_batch_size,
-                               version=self.version)
+        self.engine = HfEngine(
+            self.model, self.tokenizer, batch_size=cfg.generation_batch_size, version=self.version
+        )
         self.optimizer = None
 
     @property
@@ -78,9 +81,17 @@ class Policy:
         state: dict[str, Any] = {}
         for file in files:
             state.update(load_file(str(file)))
-        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        if self.train_config.lora_rank:
+            from peft import set_peft_model_state_dict
+
+            unexpected = set_peft_model_state_dict(self.model, state).unexpected_keys
+            missing = [] if state else ["(no adapter weights)"]
+        else:
+            missing, unexpected = self.model.load_state_dict(state, strict=False)
         if unexpected or [m for m in missing if not m.endswith("lm_head.weight")]:
-            raise RuntimeError(f"checkpoint {checkpoint} does not match the model: {missing[:3]} {unexpected[:3]}")
+            raise RuntimeError(
+                f"checkpoint {checkpoint} does not match the model: {missing[:3]} {unexpected[:3]}"
+            )
         self.make_optimizer()
         from rl.checkpoint import load_optimizer_state
 
@@ -96,7 +107,10 @@ class Policy:
         return self.optimizer
 
     def reference_model(self) -> Any:
-        """A frozen copy of the base weights for the KL term (built on first use)."""
+        """A frozen copy of the base weights for the KL term (built on first use); None with LoRA, whose
+        reference is the model with its adapter disabled."""
+        if self.train_config.lora_rank:
+            return None
         if self.reference is None:
             from llm.models import load_model
 
@@ -104,3 +118,15 @@ class Policy:
             self.reference, _ = load_model(cfg.name, dtype=cfg.dtype, device=cfg.device)
             self.reference.eval().requires_grad_(False)
         return self.reference
+
+
+def with_lora_adapter(model: Any, train: TrainConfig) -> Any:
+    """`model` wrapped in a fresh, trainable LoRA adapter on every linear layer (the base is frozen)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=train.lora_rank, lora_alpha=train.lora_alpha, lora_dropout=0.0,
+                        target_modules="all-linear", task_type="CAUSAL_LM")  # fmt: skip
+    with torch.random.fork_rng():  # the adapter's initial weights are the same in every process
+        torch.manual_seed(0)
+        return get_peft_model(model, config)
