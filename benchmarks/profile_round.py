@@ -1,0 +1,163 @@
+"""Where a round's time goes: a breakdown of one real `coevolve` flow run by kind of work.
+
+    .venv/bin/python -u benchmarks/profile_round.py configs/toolworld-smollm2.yaml --rounds 1
+
+Runs the real Prefect flow on a fresh run (the ephemeral Prefect API is started first and timed apart)
+with timers wrapped around the code that does each kind of work, and prints a table of exclusive
+seconds (a nested timer's time is not counted again in its parent):
+
+    generation prefill / decode   model forwards inside `HfEngine.generate` (more than one new token per
+                                  row / one new token per row); "generation other" is the rest of
+                                  generate: sampling, batching, KV-cache bookkeeping
+    environment steps             `reset` and `step` of the environment
+    log-prob passes (old, ref)    `rl.update._fixed_logprobs`: the no-grad passes before the update
+    update forward / backward     model forwards with grad on, `Tensor.backward`
+    optimizer                     grad-norm clipping and `optimizer.step()`
+    update other                  the rest of `grpo_update`: padding, the loss arithmetic
+    checkpoint                    `save_checkpoint`
+    storage                       Parquet writes and reads, manifests, the DuckDB catalog
+    orchestration and other       everything else: Prefect tasks, tokenising, parsing, stage logic
+
+`--set KEY=VALUE` overrides config values, e.g. `--set train.shared_prefix=false` for the plain path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import transformers
+
+import envs.bfcl.env
+import envs.toolworld.env
+import llm.hf_engine
+import rl.checkpoint
+import rl.update
+import storage.store
+
+ORDER = (
+    "generation prefill", "generation decode", "generation other", "environment steps",
+    "log-prob passes (old, ref)", "update forward", "update backward", "optimizer", "update other",
+    "checkpoint", "storage", "orchestration and other",
+)  # fmt: skip
+
+
+class ExclusiveTimer:
+    """Seconds per category, each span's nested spans subtracted from it."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.calls: dict[str, int] = defaultdict(int)
+        self._stack: list[list[Any]] = []  # [category, start, child seconds]
+
+    def active(self, category: str) -> bool:
+        return any(frame[0] == category for frame in self._stack)
+
+    def run(self, category: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        frame = [category, time.perf_counter(), 0.0]
+        self._stack.append(frame)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._stack.pop()
+            spent = time.perf_counter() - frame[1]
+            self.seconds[category] += spent - frame[2]
+            self.calls[category] += 1
+            if self._stack:
+                self._stack[-1][2] += spent
+
+    def wrap(self, owner: Any, name: str, category: str | Callable[..., str]) -> None:
+        """Time ``owner.name`` under ``category`` (or ``category(*args, **kwargs)``, chosen per call)."""
+        original = getattr(owner, name)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            chosen = category(*args, **kwargs) if callable(category) else category
+            return self.run(chosen, original, *args, **kwargs)
+
+        setattr(owner, name, timed)
+
+
+def model_forward_category(timer: ExclusiveTimer) -> Callable[..., str]:
+    def category(model: Any, *args: Any, input_ids: Any = None, **kwargs: Any) -> str:
+        if torch.is_grad_enabled():
+            return "update forward"
+        if timer.active("log-prob passes (old, ref)"):
+            return "log-prob passes (old, ref)"
+        if timer.active("generation other"):
+            return (
+                "generation prefill"
+                if input_ids is not None and input_ids.shape[1] > 1
+                else "generation decode"
+            )
+        return "orchestration and other"
+
+    return category
+
+
+def instrument(timer: ExclusiveTimer) -> None:
+    import flows.coevolve
+
+    for model_class in (transformers.LlamaForCausalLM, transformers.Qwen2ForCausalLM):
+        timer.wrap(model_class, "forward", model_forward_category(timer))
+    timer.wrap(llm.hf_engine.HfEngine, "generate", "generation other")
+    for env_class in (envs.toolworld.env.ToolWorldEnv, envs.bfcl.env.BfclEnv):
+        timer.wrap(env_class, "reset", "environment steps")
+        timer.wrap(env_class, "step", "environment steps")
+    timer.wrap(rl.update, "_fixed_logprobs", "log-prob passes (old, ref)")
+    timer.wrap(rl.update, "grpo_update", "update other")
+    timer.wrap(torch.Tensor, "backward", "update backward")
+    timer.wrap(rl.update, "_optimizer_step", "optimizer")
+    timer.wrap(rl.checkpoint, "save_checkpoint", "checkpoint")
+    for owner, name in (
+        (storage.store.RunStore, "write"), (storage.store.RunStore, "read"),
+        (storage.store.RunStore, "write_manifest"), (flows.coevolve, "build_catalog"),
+        (flows.coevolve, "write_text_atomic"),
+    ):  # fmt: skip
+        timer.wrap(owner, name, "storage")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("config")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--json", help="also write the table as JSON here")
+    args = parser.parse_args()
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ["COEVOLVE_HOME"] = tempfile.mkdtemp(prefix="coevolve-profile-")
+    from prefect import flow
+
+    import flows.coevolve
+
+    started = time.perf_counter()
+    flow(lambda: None, name="warm-up")()  # starts the ephemeral Prefect API
+    prefect_start = time.perf_counter() - started
+
+    timer = ExclusiveTimer()
+    instrument(timer)
+    started = time.perf_counter()
+    timer.run("orchestration and other", flows.coevolve.coevolve, args.config, run="profile", rounds=args.rounds,
+              overrides=args.overrides)  # fmt: skip
+    wall = time.perf_counter() - started
+    print(f"\nconfig {args.config} {' '.join(args.overrides)}: {args.rounds} round(s), {wall:.1f} s "
+          f"(Prefect API start before it: {prefect_start:.1f} s)")  # fmt: skip
+    print(f"{'kind of work':<28} {'seconds':>8} {'share':>6} {'calls':>7}")
+    for name in ORDER:
+        print(
+            f"{name:<28} {timer.seconds[name]:>8.1f} {timer.seconds[name] / wall:>6.1%} {timer.calls[name]:>7}"
+        )
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({"wall": wall, "prefect_start": prefect_start, "seconds": dict(timer.seconds),
+                       "overrides": args.overrides}, out, indent=1)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
