@@ -209,8 +209,10 @@ def sql(
         from flows.render import explain_query_error
 
         _fail(explain_query_error(exc, _root(root)))
-    from flows.render import print_table
+    from flows.render import print_table, unreadable_notes
 
+    for note in unreadable_notes(_root(root)):
+        typer.echo(note, err=True)
     print_table(table, format_)
 
 

@@ -86,6 +86,21 @@ def print_runs(root: Path) -> None:
 _ARTIFACT_PATH = re.compile(r"run=([^/'\"]+)/round=(\d+)/stage=(\w+)/(\w+)\.parquet")
 
 
+def unreadable_notes(root: Path) -> list[str]:
+    """One line per corrupt artifact file the views leave out, with the command that rebuilds it."""
+    from storage.catalog import unreadable_files
+
+    notes = []
+    for path in unreadable_files(root):
+        found = _ARTIFACT_PATH.search(str(path))
+        rebuild = ""
+        if found:
+            run, round_, stage, _ = found.groups()
+            rebuild = f"; rebuild it with `coevolve stage {stage} --run {run} --round {round_} --force`"
+        notes.append(f"warning: left out of the views: {path} is not readable Parquet{rebuild}")
+    return notes
+
+
 def explain_query_error(exc: Exception, root: Path) -> str:
     """One paragraph for a failed query: a corrupt artifact names the command that rebuilds it."""
     text = str(exc).strip()

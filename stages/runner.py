@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from stages.context import RunContext
 from storage.manifest import Manifest, cache_key
+from storage.parquet import file_sha256
 
 
 @dataclass(frozen=True)
@@ -47,11 +48,16 @@ def stage_key(stage: StageDef, ctx: RunContext, round_: int) -> str:
 
 
 def is_cached(stage: StageDef, ctx: RunContext, round_: int, key: str) -> Manifest | None:
+    """The stage's manifest if it has this cache key and every artifact file still has the recorded
+    content (sha256); a missing, truncated or edited file means the stage runs again."""
     manifest = ctx.store.manifest(round_, stage.name)
     if manifest is None or manifest.key != key:
         return None
-    files_present = all(ctx.store.layout.artifact_path(round_, stage.name, a).exists() for a in manifest.artifacts)
-    return manifest if files_present else None
+    for name, ref in manifest.artifacts.items():
+        path = ctx.store.layout.artifact_path(round_, stage.name, name)
+        if not path.exists() or file_sha256(path) != ref.sha256:
+            return None
+    return manifest
 
 
 def run_stage(stage: StageDef, ctx: RunContext, round_: int, *, force: bool = False) -> StageRecord:

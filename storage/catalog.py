@@ -8,6 +8,10 @@ Parquet is the source of truth. `build_catalog(root)` (re)writes `root/catalog.d
 so `run`, `round` and `stage` come out as columns and new files are seen without rebuilding. Queries
 open the catalog read-only; `query(root, sql)` works even where the catalog file cannot be written
 (another process holds it) by building the same views in memory.
+
+A corrupt or half-written file (its Parquet footer does not parse) would make every query on its view
+fail. Such files are left out: that view lists the readable files explicitly instead of a glob, and
+`unreadable_files(root)` names the skipped ones (`coevolve sql` prints them with the rebuild command).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from storage.schemas import ARTIFACTS
 
@@ -31,14 +36,42 @@ def present_artifacts(root: Path) -> list[str]:
     return [name for name in ARTIFACTS if any(root.glob(f"run=*/round=*/stage=*/{name}.parquet"))]
 
 
+def _readable(path: Path) -> bool:
+    try:
+        pq.read_metadata(path)
+    except (pa.ArrowException, OSError):
+        return False
+    return True
+
+
+def _files(root: Path, artifact: str) -> list[Path]:
+    return sorted(root.resolve().glob(f"run=*/round=*/stage=*/{artifact}.parquet"))
+
+
+def unreadable_files(root: Path) -> list[Path]:
+    """Artifact files under `root` whose Parquet footer does not parse (left out of the views)."""
+    return [path for name in ARTIFACTS for path in _files(root, name) if not _readable(path)]
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
 def _create_views(con: duckdb.DuckDBPyConnection, root: Path) -> list[str]:
-    names = present_artifacts(root)
-    for name in names:
-        glob = artifact_glob(root, name).replace("'", "''")
+    names = []
+    for name in ARTIFACTS:
+        files = _files(root, name)
+        readable = [path for path in files if _readable(path)]
+        if not readable:
+            continue
+        source = _quote(artifact_glob(root, name)) if len(readable) == len(files) else (
+            "[" + ", ".join(_quote(str(path)) for path in readable) + "]"
+        )  # fmt: skip
         con.execute(
-            f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet('{glob}', "
+            f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet({source}, "
             "hive_partitioning = true, union_by_name = true)"
         )
+        names.append(name)
     return names
 
 

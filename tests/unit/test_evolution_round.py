@@ -144,6 +144,10 @@ def test_signals_stage_marks_every_round_since_the_last_evolution(tmp_path):
     assert record.manifest.outputs == {"signals": 6, "forgetting_signals": 2, "boundary_signals": 4}
     assert {r["round"] for r in rows} == {2}
     assert run_stage(SIGNALS, ctx, 2).cached
+    artifact = ctx.store.layout.artifact_path(2, "signals", "signals")
+    artifact.write_bytes(artifact.read_bytes()[:-20])  # truncated on disk: not a cache hit
+    assert not run_stage(SIGNALS, ctx, 2).cached
+    assert ctx.store.read(2, "signals", "signals").num_rows == 6
     _write_rollout(ctx, 1, {"a": [0, 0]})  # a changed ledger recomputes
     assert not run_stage(SIGNALS, ctx, 2).cached
 

@@ -92,6 +92,23 @@ def test_catalog_views_expose_hive_columns(tmp_path):
     ]
 
 
+def test_a_corrupt_file_is_left_out_of_its_view_and_named(tmp_path):
+    from flows.render import unreadable_notes
+    from storage.catalog import unreadable_files
+
+    store = RunStore(RunLayout(tmp_path, "a"))
+    for r in (0, 1, 2):
+        store.write(r, "evaluate", "evals", _rows("evals", 2))
+    broken = store.layout.artifact_path(1, "evaluate", "evals")
+    broken.write_bytes(broken.read_bytes()[:40])  # half-written
+    assert build_catalog(tmp_path) is not None
+    rounds = query(tmp_path, "SELECT DISTINCT round FROM evals ORDER BY round").column("round").to_pylist()
+    assert rounds == [0, 2]
+    assert unreadable_files(tmp_path) == [broken.resolve()]
+    (note,) = unreadable_notes(tmp_path)
+    assert "coevolve stage evaluate --run a --round 1 --force" in note
+
+
 def test_bad_run_names_are_rejected(tmp_path):
     with pytest.raises(ValueError, match="invalid run name"):
         RunLayout(tmp_path, "../escape")
