@@ -24,21 +24,15 @@ from stages.abstract import abstract_groups, build_groups
 from stages.context import RunContext
 from stages.datasets import task_from_row, task_row
 from stages.explore import (
-    Target,
     exploration_artifacts,
-    exploration_id,
     explore,
-    generic_context,
-    offered_tools,
+    unguided_target,
 )
 from stages.merge import admitted_tasks
 from stages.rollout import round_seed
 from stages.runner import StageDef, StageResult
 from stages.triples import build_triples
 from stages.verify import exploration_lineage, held_out_tasks, settings_of, verify_candidates
-
-GENERIC_REQUEST = "Explore the tools you have: find out what they return and what they change."
-TOOLS_PER_CONTEXT = 3
 
 
 def _seed_tasks(ctx: RunContext) -> list[Task]:
@@ -61,27 +55,6 @@ def _inputs(ctx: RunContext, round_: int) -> dict[str, str]:
     return inputs
 
 
-def unguided_target(ctx: RunContext, world: Task, iteration: int, rng: random.Random) -> Target:
-    """Explore `world`'s initial state under a generic request and a few random tools."""
-    task = world.model_copy(
-        update={
-            "id": content_hash([world.id, "bootstrap", iteration]),
-            "split": "bootstrap",
-            "family": "bootstrap",
-            "turns": [GENERIC_REQUEST],
-            "lineage": {},
-        }
-    )
-    names = [t["function"]["name"] for t in offered_tools(ctx.make_env, task)]
-    tools = rng.sample(names, min(TOOLS_PER_CONTEXT, len(names)))
-    return Target(
-        exploration_id(ctx.run, 0, f"bootstrap:{iteration}:{world.id}"),
-        task,
-        "bootstrap",
-        context=generic_context(tools),
-    )
-
-
 def explore_tasks(ctx: RunContext, known: list[Task]) -> tuple[list[dict], dict[str, list[dict]]]:
     """(admitted task rows, artifacts) of the unguided exploration loop."""
     cfg, evolve = ctx.config.dataset, ctx.config.evolve
@@ -97,7 +70,7 @@ def explore_tasks(ctx: RunContext, known: list[Task]) -> tuple[list[dict], dict[
         if len(admitted) >= cfg.bootstrap_tasks or not batch:
             break
         seed = round_seed(ctx.config.run.seed, 0, f"bootstrap-{it}")
-        targets = [unguided_target(ctx, w, it, rng) for w in batch]
+        targets = [unguided_target(ctx, w, 0, f"bootstrap:{it}", rng, "bootstrap") for w in batch]
         explored = exploration_artifacts(
             explore(
                 teacher,

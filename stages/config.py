@@ -118,6 +118,13 @@ class EvolveConfig(Section):
     """Two candidates with the same normalised solution and query token-Jaccard >= this are duplicates."""
     contamination_jaccard: float = Field(0.9, ge=0.0, le=1.0)
     """A candidate whose query has token-Jaccard >= this with a held-out eval task is discarded."""
+    guided: bool = True
+    """Explore around signal-marked trajectories (CoEvolve). False = the paper's "random exploration"
+    ablation: the same number of explorations start from random training worlds under a generic request,
+    whatever the signals say."""
+    verify: bool = True
+    """Verify synthesized tasks in the environment before merging. False = the no-verification ablation:
+    every parsed candidate is admitted with a lenient checker."""
     verify_attempts: int = Field(1, ge=1)
     """K: policy attempts per verified candidate (outcome from the best one)."""
     verify_greedy: bool = True

@@ -15,6 +15,7 @@ instructions (`explore` prompt). Episodes are logged as `trajectories`/`steps` w
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -313,9 +314,41 @@ def signal_targets(ctx: RunContext, round_: int) -> list[Target]:
     return targets
 
 
+GENERIC_REQUEST = "Explore the tools you have: find out what they return and what they change."
+TOOLS_PER_CONTEXT = 3
+
+
+def unguided_target(
+    ctx: RunContext, world: Task, round_: int, label: str, rng: random.Random, kind: str = "unguided"
+) -> Target:
+    """Explore `world`'s initial state under a generic request and a few random tools (no signal)."""
+    task = world.model_copy(
+        update={
+            "id": content_hash([world.id, label]),
+            "split": "bootstrap",
+            "family": "bootstrap",
+            "turns": [GENERIC_REQUEST],
+            "lineage": {},
+        }
+    )
+    names = [t["function"]["name"] for t in offered_tools(ctx.make_env, task)]
+    tools = rng.sample(names, min(TOOLS_PER_CONTEXT, len(names)))
+    return Target(
+        exploration_id(ctx.run, round_, f"{label}:{world.id}"), task, kind, context=generic_context(tools)
+    )
+
+
+def unguided_targets(ctx: RunContext, round_: int) -> list[Target]:
+    """`evolve.guided: false`: `max_explorations` random worlds of `dataset.bootstrap_split`."""
+    rng = random.Random(round_seed(ctx.config.run.seed, round_, "unguided"))
+    worlds = ctx.env_tasks(ctx.config.dataset.bootstrap_split)
+    chosen = rng.sample(worlds, min(ctx.config.evolve.max_explorations, len(worlds)))
+    return [unguided_target(ctx, world, round_, f"unguided:{round_}", rng) for world in chosen]
+
+
 def compute_explore(ctx: RunContext, round_: int, key: str) -> StageResult:
     cfg = ctx.config.evolve
-    targets = signal_targets(ctx, round_)
+    targets = signal_targets(ctx, round_) if cfg.guided else unguided_targets(ctx, round_)
     teacher = teachers.make_teacher(ctx, round_)
     explorations = explore(
         teacher,
@@ -337,4 +370,4 @@ def compute_explore(ctx: RunContext, round_: int, key: str) -> StageResult:
     )
 
 
-EXPLORE = StageDef("explore", 1, ("evolve", "teacher", "env"), _inputs, compute_explore)
+EXPLORE = StageDef("explore", 1, ("evolve", "teacher", "env", "dataset"), _inputs, compute_explore)

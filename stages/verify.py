@@ -15,7 +15,10 @@ failure deciding a `discard` with its reason:
 5. the reference solution, replayed as an oracle agent, satisfies the checker.
 
 Then the current policy (after round r-1) attempts the survivors (`evolve.verify_attempts`, greedy when
-1): success -> `accept`, reward > 0 -> `retain`, else `discard` (the paper's rule). Writes
+1): success -> `accept`, reward > 0 -> `retain`, else `discard` (the paper's rule).
+
+`evolve.verify: false` is the paper's no-verification ablation: every `ok` candidate is accepted with a
+lenient checker (failing solution calls skipped, unseen answers dropped), with no checks and no attempts. Writes
 `verifications` (with the checker spec and the admitted task row) and the attempts as `trajectories`/
 `steps` with source `verify`.
 """
@@ -65,6 +68,7 @@ class VerifySettings:
     limits: EpisodeLimits = EpisodeLimits()
     contamination_jaccard: float = 0.9
     seed: int = 0
+    verify: bool = True
 
     def sampling(self) -> SamplingParams:
         greedy = self.greedy and self.attempts == 1
@@ -77,25 +81,32 @@ class VerifySettings:
 
 
 def derive_checker(
-    env: str, initial_state: dict, turns: list[str], solution: list[list[ToolCall]], answers: list[list[str]]
+    env: str,
+    initial_state: dict,
+    turns: list[str],
+    solution: list[list[ToolCall]],
+    answers: list[list[str]],
+    *,
+    strict: bool = True,
 ) -> dict[str, Any]:
-    """The verifiable checker spec of a synthesized task (raises ValueError when its solution fails)."""
+    """The verifiable checker spec of a synthesized task (raises ValueError when its solution fails,
+    unless `strict` is False)."""
     if env == "toolworld":
         from envs.toolworld.checker import build_checker
         from envs.toolworld.tools import ToolCatalog
 
-        return build_checker(ToolCatalog(), initial_state, turns, solution, answers)
+        return build_checker(ToolCatalog(), initial_state, turns, solution, answers, strict=strict)
     if env == "bfcl":  # BfclEnv scores a task without `ground_truth` against its solution
         return {"category": "synthesized", "answers": answers}
     raise ValueError(f"no verifiable checker for environment {env!r} (supported: toolworld, bfcl)")
 
 
-def candidate_task(row: dict) -> Task:
+def candidate_task(row: dict, *, strict: bool = True) -> Task:
     """The task a candidate row describes, with its derived checker (Rejected when that fails)."""
     calls = [ToolCall(**c) for c in json.loads(row["solution"])]
     state, turns, answers = json.loads(row["initial_state"]), [row["query"]], [json.loads(row["answers"])]
     try:
-        checker = derive_checker(row["env"], state, turns, [calls], answers)
+        checker = derive_checker(row["env"], state, turns, [calls], answers, strict=strict)
     except ValueError as exc:
         raise Rejected(f"replay: {exc}") from None
     family = "synth:" + "+".join(dict.fromkeys(c.name for c in calls))
@@ -227,6 +238,8 @@ def verify_candidates(
 
     `policy` has `engine`, `chat` and `version`; `lineage` maps exploration ids to {signal_id, ...}.
     """
+    if not settings.verify:
+        return {"verifications": _unverified(policy.version, candidates, lineage), "trajectories": [], "steps": []}
     pool = [(task_signature(t), " ".join(t.turns), t.id) for t in held_out]
     checked, rows = [], []
     for row in (r for r in candidates if r["status"] == "ok"):
@@ -264,6 +277,23 @@ def _row(candidate: dict, policy: str, outcome: str, reason: str) -> dict:
     }
 
 
+def _unverified(policy: str, candidates: list[dict], lineage: dict[str, dict]) -> list[dict]:
+    """The no-verification ablation: every ok candidate accepted as it is, with a lenient checker."""
+    rows = []
+    for row in (r for r in candidates if r["status"] == "ok"):
+        try:
+            task = candidate_task(row, strict=False)
+        except Exception as exc:  # the solution does not even parse into a task
+            rows.append(_row(row, policy, "discard", f"error: {short_text(str(exc), 300)}"))
+            continue
+        lineage_of = lineage.get(row["exploration_id"], {})
+        rows.append(_decided(Checked(row, task, None), policy, lineage_of, "accept", UNVERIFIED))
+    return rows
+
+
+UNVERIFIED = "admitted without verification (evolve.verify: false)"
+
+
 def _judged(c: Checked, attempts: list[dict], policy: str, lineage: dict) -> dict:
     reward, success = max(t["reward"] for t in attempts), any(t["success"] for t in attempts)
     n = len(attempts)
@@ -276,6 +306,20 @@ def _judged(c: Checked, attempts: list[dict], policy: str, lineage: dict) -> dic
         outcome, reason = "retain", f"the policy failed with partial reward {reward:.2f} (best of {n})"
     else:
         outcome, reason = "discard", f"the policy failed with zero reward ({n} attempts)"
+    return _decided(c, policy, lineage, outcome, reason, reward=reward, success=success, attempts=n)
+
+
+def _decided(
+    c: Checked,
+    policy: str,
+    lineage: dict,
+    outcome: str,
+    reason: str,
+    *,
+    reward: float | None = None,
+    success: bool | None = None,
+    attempts: int = 0,
+) -> dict:
     base = _row(c.row, policy, outcome, reason)
     task = c.task
     if outcome != "discard":
@@ -291,7 +335,7 @@ def _judged(c: Checked, attempts: list[dict], policy: str, lineage: dict) -> dic
         **base,
         "reward": reward,
         "success": success,
-        "attempts": n,
+        "attempts": attempts,
         "checker": json.dumps(task.checker),
         "expected_digest": c.expected_digest,
         "task_id": task.id if outcome != "discard" else None,
@@ -316,6 +360,7 @@ def settings_of(ctx: RunContext, round_: int, purpose: str = "verify") -> Verify
         EpisodeLimits(rollout.max_replies, rollout.max_context_tokens),
         cfg.contamination_jaccard,
         round_seed(ctx.config.run.seed, round_, purpose),
+        cfg.verify,
     )
 
 

@@ -405,6 +405,23 @@ def test_verify_admits_a_task_with_checker_lineage_and_attempt_trajectories(veri
     assert not env.evaluate().success
 
 
+def test_no_verification_ablation_admits_every_parsed_candidate(verified, tokenizer):
+    from llm.chat import ChatFormat
+
+    policy = SimpleNamespace(engine=None, chat=ChatFormat(tokenizer), version="policy-v1")
+    out = verify_candidates(
+        policy, make_env, verified.rows, [], {}, VerifySettings(verify=False), run="t", round_=3
+    )
+    by_candidate = {v["candidate_id"]: v for v in out["verifications"]}
+    ok = {r["candidate_id"] for r in verified.rows if r["status"] == "ok"}
+    assert set(by_candidate) == ok and out["trajectories"] == []
+    assert all(v["outcome"] == "accept" and v["attempts"] == 0 for v in by_candidate.values())
+    assert all(v["reason"].startswith("admitted without verification") for v in by_candidate.values())
+    # tasks verification would have thrown out, e.g. one whose solution fails, now enter the dataset
+    assert json.loads(by_candidate["badcall"]["task"])["source"] == "synthesized"
+    assert json.loads(by_candidate["contaminated"]["task"])
+
+
 # --- merge --------------------------------------------------------------------------------------
 
 

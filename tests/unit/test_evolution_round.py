@@ -204,6 +204,23 @@ def test_an_evolving_round_grows_the_dataset_with_lineage(tmp_path, tokenizer, m
     assert all(run_stage(stage, ctx, 0).cached for stage in (BOOTSTRAP, ROLLOUT, *EVOLUTION))
 
 
+def test_unguided_exploration_ignores_the_signals(tmp_path, tokenizer, monkeypatch):
+    from stages.explore import EXPLORE
+
+    ctx = fake_context(
+        config("evolve.guided=false", "evolve.max_explorations=2"), tmp_path, tokenizer, monkeypatch
+    )
+    for stage in (BOOTSTRAP, ROLLOUT, SIGNALS, EXPLORE):
+        run_stage(stage, ctx, 0)
+    explorations = ctx.store.read(0, "explore", "explorations").to_pylist()
+    assert len(explorations) == 2
+    assert {x["kind"] for x in explorations} == {"unguided"} and all(
+        x["signal_id"] is None for x in explorations
+    )
+    first = json.loads(ctx.store.read(0, "explore", "trajectories").to_pylist()[0]["messages"])
+    assert first[1]["content"].startswith("Explore the tools")
+
+
 def test_bootstrap_explores_to_extend_d0(tmp_path, tokenizer, monkeypatch):
     cfg = config("dataset.max_tasks=3", "dataset.bootstrap_tasks=2", "evolve.max_explorations=3")
     ctx = fake_context(cfg, tmp_path, tokenizer, monkeypatch, solve="never")
