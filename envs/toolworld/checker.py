@@ -12,14 +12,16 @@ the reply of its turn: case-insensitive for text, by value for numbers ("1520.5"
 "1520.50" all match "1520.00"-style money answers, which `money` renders with 2 decimals).
 
 Reward: 1.0 on success; otherwise 0.4 x (fraction of checks passed) + 0.05 if some tool call ran without
-error, which stays below 0.5, so success <=> reward >= 0.5. Checks: one per app in the expected or the
-actual final state (equal or not) and one per required answer.
+error + 0.05 x (fraction of the reference solution's tools called without error), which stays below 0.5,
+so success <=> reward >= 0.5. Checks: one per app in the expected or the actual final state (equal or
+not) and one per required answer. The last term separates a failed episode that used the right tools from
+one that did not, so a GRPO group of failures still carries a learning signal.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from envs.base import Evaluation, ToolCall
@@ -79,7 +81,11 @@ def build_checker(
 
 
 def score(
-    checker: dict[str, Any], final_state: dict[str, Any], replies: Sequence[str | None], any_call_ok: bool
+    checker: dict[str, Any],
+    final_state: dict[str, Any],
+    replies: Sequence[str | None],
+    tools_ok: Collection[str],
+    solution_tools: Collection[str] = (),
 ) -> Evaluation:
     """Success iff the final state equals the expected one and every answer is in its turn's reply."""
     expected = checker["final_state"]
@@ -98,14 +104,16 @@ def score(
     passed = sum(apps.values()) + sum(a["found"] for a in answers)
     total = len(apps) + len(answers)
     success = passed == total
-    partial = 0.4 * passed / max(total, 1) + (0.05 if any_call_ok else 0.0)
+    coverage = len(set(tools_ok) & set(solution_tools)) / len(set(solution_tools)) if solution_tools else 0.0
+    partial = 0.4 * passed / max(total, 1) + (0.05 if tools_ok else 0.0) + 0.05 * coverage
     details = {
         "state_match": all(apps.values()),
         "apps": apps,
         "answers": answers,
         "checks_passed": passed,
         "checks_total": total,
-        "tool_call_ok": any_call_ok,
+        "tool_call_ok": bool(tools_ok),
+        "solution_tools_used": round(coverage, 4),
         "mismatched_apps": [app for app, ok in apps.items() if not ok],
     }
     return Evaluation(reward=1.0 if success else round(partial, 4), success=success, details=details)

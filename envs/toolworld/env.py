@@ -16,7 +16,7 @@ on first use and cached on the instance; each instance runs one episode at a tim
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from envs.base import Action, Evaluation, Observation, StepResult, Task, content_hash
@@ -41,7 +41,8 @@ class _Episode:
     replies: list[str | None]
     turn: int = 0
     steps_in_turn: int = 0
-    any_call_ok: bool = False
+    tools_ok: set[str] = field(default_factory=set)
+    """Names of the tools called without error so far."""
     done: bool = False
 
 
@@ -126,7 +127,8 @@ class ToolWorldEnv:
         messages = []
         for call in parsed.calls:
             outcome = self._catalog.call(episode.world.apps, call, episode.offered)
-            episode.any_call_ok |= outcome.ok
+            if outcome.ok:
+                episode.tools_ok.add(call.name)
             info["calls"].append(outcome.record())
             messages.append({"role": "tool", "content": outcome.content()})
         messages += [
@@ -137,7 +139,8 @@ class ToolWorldEnv:
     def evaluate(self) -> Evaluation:
         """Score the episode so far (unanswered turns count as missing answers)."""
         episode = self._require_episode()
-        return score(episode.checker, episode.world.state(), episode.replies, episode.any_call_ok)
+        wanted = {call.name for calls in episode.task.solution for call in calls}
+        return score(episode.checker, episode.world.state(), episode.replies, episode.tools_ok, wanted)
 
     def close(self) -> None:
         self._episode = None
@@ -157,7 +160,7 @@ class ToolWorldEnv:
             "turn": episode.turn,
             "steps_in_turn": episode.steps_in_turn,
             "replies": list(episode.replies),
-            "any_call_ok": episode.any_call_ok,
+            "tools_ok": sorted(episode.tools_ok),
             "done": episode.done,
         }
 
@@ -168,7 +171,7 @@ class ToolWorldEnv:
         episode = self._require_episode()
         episode.world = World(snapshot["state"], loaded=frozenset(task.initial_state))
         episode.turn, episode.steps_in_turn = snapshot["turn"], snapshot["steps_in_turn"]
-        episode.replies, episode.any_call_ok = list(snapshot["replies"]), snapshot["any_call_ok"]
+        episode.replies, episode.tools_ok = list(snapshot["replies"]), set(snapshot["tools_ok"])
         episode.done = snapshot["done"]
 
     # -- helpers -----------------------------------------------------------------------------------

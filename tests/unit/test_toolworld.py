@@ -318,7 +318,22 @@ def test_step_cap_ends_the_turn_without_an_answer():
     capped = env.step(call + " " + answer)
     assert capped.turn_ended and capped.done and capped.info["step_limit"] and capped.info["calls"] == []
     evaluation = env.evaluate()
-    assert not evaluation.success and evaluation.reward == pytest.approx(0.4 * 1 / 2 + 0.05)
+    # state check passed (1 of 2 checks), a call ran, and it was the solution's only tool
+    assert not evaluation.success and evaluation.reward == pytest.approx(0.4 * 1 / 2 + 0.05 + 0.05)
+
+
+def test_partial_credit_separates_the_right_tool_from_a_wrong_one():
+    env = envs.make("toolworld", **SMALL)
+    task = bank_task(env)
+    account = task.solution[0][0].arguments["account_id"]
+    rewards = {}
+    for name, call in {"right": tool_text("get_balance", account_id=account),
+                       "other": tool_text("list_accounts"), "none": "I cannot help."}.items():  # fmt: skip
+        env.reset(task)
+        env.step(call)
+        env.step("Done.")
+        rewards[name] = env.evaluate().reward
+    assert rewards["right"] > rewards["other"] > rewards["none"] and rewards["right"] < 0.5
 
 
 def test_reset_loads_a_copy_and_instances_share_nothing(env):
