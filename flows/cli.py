@@ -27,7 +27,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="CoEvolve: ag
 env_app = typer.Typer(no_args_is_help=True, help="Environments: list them, replay reference solutions.")
 models_app = typer.Typer(no_args_is_help=True, help="Models: resolve and convert into the local cache.")
 app.add_typer(env_app, name="env")
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks that run the whole pipeline (code in benchmarks/).")
 app.add_typer(models_app, name="models")
+app.add_typer(bench_app, name="bench")
 
 Overrides = Annotated[list[str] | None, typer.Option("--set", help="Config override KEY=VALUE (repeatable).")]
 RootOption = Annotated[Path | None, typer.Option("--root", help="Storage root (default: $COEVOLVE_HOME or runs).")]
@@ -302,6 +304,36 @@ def models_resolve(name: Annotated[str, typer.Argument(help="smollm2-135m, tiny-
     from llm.models import resolve_model
 
     typer.echo(resolve_model(name))
+
+
+@bench_app.command("learning")
+def bench_learning(
+    quick: Annotated[bool, typer.Option(help="One seed and 3 rounds (about 15 minutes on 2 cores).")] = False,
+    config: Annotated[Path, typer.Option(help="Config every arm starts from.")] = Path("configs/learning-smollm2.yaml"),
+    rounds: Annotated[int | None, typer.Option(help="Rounds per run (default 8, --quick 3).")] = None,
+    seeds: Annotated[int | None, typer.Option(help="Seeds of grpo and coevolve (default 3, --quick 1).")] = None,
+    arms: Annotated[list[str] | None, typer.Option("--arm", help="Run only these arms (repeatable).")] = None,
+    out: Annotated[Path, typer.Option(help="Where curves.parquet, report.md and curves.png go.")] = Path(
+        "benchmarks/learning"),
+    overrides: Overrides = None,
+    root: RootOption = None,
+) -> None:
+    """CoEvolve against GRPO at equal rollout budget, with the paper's ablations (benchmarks/learning.py)."""
+    if root is not None:
+        os.environ["COEVOLVE_HOME"] = str(root)
+    from benchmarks.learning import Plan, run_benchmark
+
+    try:
+        plan = Plan.make(quick=quick, config=config, rounds=rounds, seeds=seeds, arms=arms,
+                         overrides=overrides or [])
+        from flows.config import load_config
+
+        load_config(plan.config, list(plan.overrides))  # a config mistake fails before any run starts
+    except (*_user_errors(), ValueError) as exc:
+        _fail(str(exc))
+    _require_prefect_api("bench learning")
+    _quiet_libraries()
+    typer.echo(run_benchmark(plan, out))
 
 
 def main() -> None:  # pragma: no cover - console entry point

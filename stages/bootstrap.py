@@ -70,7 +70,11 @@ def explore_tasks(ctx: RunContext, known: list[Task]) -> tuple[list[dict], dict[
         if len(admitted) >= cfg.bootstrap_tasks or not batch:
             break
         seed = round_seed(ctx.config.run.seed, 0, f"bootstrap-{it}")
-        targets = [unguided_target(ctx, w, 0, f"bootstrap:{it}", rng, "bootstrap") for w in batch]
+        label = f"bootstrap:{it}"
+        targets = [
+            unguided_target(ctx, w, 0, label, rng, kind="bootstrap", task_id=content_hash([w.id, label]))
+            for w in batch
+        ]
         explored = exploration_artifacts(
             explore(
                 teacher,

@@ -120,8 +120,8 @@ class EvolveConfig(Section):
     """A candidate whose query has token-Jaccard >= this with a held-out eval task is discarded."""
     guided: bool = True
     """Explore around signal-marked trajectories (CoEvolve). False = the paper's "random exploration"
-    ablation: the same number of explorations start from random training worlds under a generic request,
-    whatever the signals say."""
+    ablation: the same number of explorations start from random worlds of the round's dataset under a
+    generic request, whatever the signals say."""
     verify: bool = True
     """Verify synthesized tasks in the environment before merging. False = the no-verification ablation:
     every parsed candidate is admitted with a lenient checker."""

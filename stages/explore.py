@@ -25,7 +25,7 @@ from llm.chat import describe_tool
 from stages import teacher as teachers
 from stages.agent_loop import Episode, EpisodeLimits, run_episodes
 from stages.context import RunContext
-from stages.datasets import load_tasks
+from stages.datasets import dataset_manifest, load_tasks
 from stages.ledger import step_rows, trajectory_rows
 from stages.rollout import round_seed
 from stages.runner import StageDef, StageResult
@@ -269,10 +269,13 @@ def exploration_artifacts(explorations: list[Exploration], *, run: str, round_: 
 
 
 def _inputs(ctx: RunContext, round_: int) -> dict[str, str]:
-    return {
+    inputs = {
         "signals": ctx.store.completed(round_, "signals").content_hash(),
         "teacher": teachers.teacher_version(ctx, round_),
     }
+    if not ctx.config.evolve.guided:  # unguided worlds are drawn from the round's dataset
+        inputs["dataset"] = dataset_manifest(ctx, round_).content_hash()
+    return inputs
 
 
 def signal_targets(ctx: RunContext, round_: int) -> list[Target]:
@@ -319,12 +322,13 @@ TOOLS_PER_CONTEXT = 3
 
 
 def unguided_target(
-    ctx: RunContext, world: Task, round_: int, label: str, rng: random.Random, kind: str = "unguided"
+    ctx: RunContext, world: Task, round_: int, label: str, rng: random.Random, *, kind: str, task_id: str
 ) -> Target:
-    """Explore `world`'s initial state under a generic request and a few random tools (no signal)."""
+    """Explore `world`'s initial state under a generic request and a few random tools (no signal); the
+    explored task is `world` with that request, named `task_id`."""
     task = world.model_copy(
         update={
-            "id": content_hash([world.id, label]),
+            "id": task_id,
             "split": "bootstrap",
             "family": "bootstrap",
             "turns": [GENERIC_REQUEST],
@@ -339,11 +343,17 @@ def unguided_target(
 
 
 def unguided_targets(ctx: RunContext, round_: int) -> list[Target]:
-    """`evolve.guided: false`: `max_explorations` random worlds of `dataset.bootstrap_split`."""
+    """`evolve.guided: false`: `max_explorations` random worlds (initial states) of the round's dataset.
+
+    The explorations keep the world task's id (later stages look the initial state up by it), but the
+    teacher sees only the generic request, never that task's own request or solution."""
+    from stages.abstract import dataset_tasks
+
     rng = random.Random(round_seed(ctx.config.run.seed, round_, "unguided"))
-    worlds = ctx.env_tasks(ctx.config.dataset.bootstrap_split)
+    worlds = dataset_tasks(ctx, round_)
     chosen = rng.sample(worlds, min(ctx.config.evolve.max_explorations, len(worlds)))
-    return [unguided_target(ctx, world, round_, f"unguided:{round_}", rng) for world in chosen]
+    label = f"unguided:{round_}"
+    return [unguided_target(ctx, w, round_, label, rng, kind="unguided", task_id=w.id) for w in chosen]
 
 
 def compute_explore(ctx: RunContext, round_: int, key: str) -> StageResult:
@@ -370,4 +380,4 @@ def compute_explore(ctx: RunContext, round_: int, key: str) -> StageResult:
     )
 
 
-EXPLORE = StageDef("explore", 1, ("evolve", "teacher", "env", "dataset"), _inputs, compute_explore)
+EXPLORE = StageDef("explore", 1, ("evolve", "teacher", "env"), _inputs, compute_explore)

@@ -1,0 +1,367 @@
+"""The learning benchmark: CoEvolve against GRPO at equal rollout budget, with the paper's ablations.
+
+    coevolve bench learning [--quick]        # = python -m benchmarks.learning
+
+Every arm is an ordinary run of the `coevolve` flow on the same config (`configs/learning-smollm2.yaml`
+by default) with one set of overrides, the same seeds, the same evaluation (greedy, fixed task samples
+of `test` and `heldout-templates`) and the same rollout budget (tasks x K x rounds):
+
+    grpo            evolve.every=0: GRPO on the static `train` split
+    coevolve        all three signals, verification on
+    no-forgetting   one signal off each
+    no-boundary
+    no-rare
+    no-verify       synthesized tasks admitted without environment verification
+    unguided        exploration from random worlds, no signals (the paper's "random exploration")
+
+Runs are named `learning-<arm>-s<seed>` under the storage root, so everything is in the DuckDB catalog
+(`coevolve sql "SELECT run, round, split, avg(success::INT) FROM evals GROUP BY ALL"`). Re-running the
+command recomputes nothing that is complete: an interrupted benchmark continues where it stopped.
+
+Outputs (in `--out`, default `benchmarks/learning/`): `curves.parquet` (arm, seed, updates, split,
+success, tasks), `report.md` (final and best held-out success per arm, coevolve - grpo with a bootstrap
+95 % interval over seeds and tasks, signals per kind, tasks accepted per round, generated tokens, wall
+time per stage and the feedback phases' share) and `curves.png`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+ARMS: dict[str, tuple[str, ...]] = {
+    "grpo": ("evolve.every=0",),
+    "coevolve": (),
+    "no-forgetting": ("evolve.kinds=[boundary, rare]",),
+    "no-boundary": ("evolve.kinds=[forgetting, rare]",),
+    "no-rare": ("evolve.kinds=[forgetting, boundary]",),
+    "no-verify": ("evolve.verify=false",),
+    "unguided": ("evolve.guided=false",),
+}
+FEEDBACK_STAGES = ("signals", "explore", "triples", "abstract", "verify", "merge")
+STAGE_ORDER = ("bootstrap", "baseline", "rollout", *FEEDBACK_STAGES, "grpo_update", "evaluate")
+DEFAULT_CONFIG = Path("configs/learning-smollm2.yaml")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which runs the benchmark makes."""
+
+    config: Path
+    rounds: int
+    seeds: int  # seeds of grpo and coevolve; the ablations run seed 0 only
+    arms: tuple[str, ...]
+    overrides: tuple[str, ...] = ()
+
+    @classmethod
+    def make(cls, *, quick: bool, config: Path = DEFAULT_CONFIG, rounds: int | None = None,
+             seeds: int | None = None, arms: Sequence[str] | None = None,
+             overrides: Sequence[str] = ()) -> Plan:  # fmt: skip
+        """The full suite, or `quick`: one seed and fewer rounds."""
+        unknown = sorted(set(arms or ()) - set(ARMS))
+        if unknown:
+            raise ValueError(f"unknown arms {unknown}; known: {', '.join(ARMS)}")
+        return cls(
+            config=config,
+            rounds=rounds if rounds is not None else (3 if quick else 8),
+            seeds=seeds if seeds is not None else (1 if quick else 3),
+            arms=tuple(arms) if arms else tuple(ARMS),
+            overrides=tuple(overrides),
+        )
+
+    def runs(self) -> list[tuple[str, int]]:
+        """(arm, seed) pairs, seed by seed so that an early stop still has every arm of seed 0."""
+        return [
+            (arm, seed)
+            for seed in range(self.seeds)
+            for arm in self.arms
+            if seed == 0 or arm in ("grpo", "coevolve")
+        ]
+
+
+def run_name(arm: str, seed: int) -> str:
+    return f"learning-{arm}-s{seed}"
+
+
+def run_arms(plan: Plan) -> dict[str, float]:
+    """Run (or finish) every run of `plan` through the real flow; returns wall seconds per run."""
+    from flows.coevolve import coevolve
+
+    seconds = {}
+    for arm, seed in plan.runs():
+        name = run_name(arm, seed)
+        print(f"--- {name}: {plan.rounds} rounds, overrides {' '.join(ARMS[arm]) or '(none)'}", flush=True)
+        started = time.perf_counter()
+        coevolve(str(plan.config), run=name, rounds=plan.rounds,
+                 overrides=[f"run.seed={seed}", *plan.overrides, *ARMS[arm]])  # fmt: skip
+        seconds[name] = time.perf_counter() - started
+    return seconds
+
+
+# --- collecting ----------------------------------------------------------------------------------
+
+
+def _sql(root: Path, sql: str) -> pl.DataFrame:
+    from storage.catalog import query
+
+    return pl.from_arrow(query(root, sql))
+
+
+def per_task_evals(root: Path, names: Sequence[str]) -> pl.DataFrame:
+    """One row per (run, updates, split, task): `updates` = 0 for the baseline, r + 1 after round r."""
+    runs = ", ".join(f"'{n}'" for n in names)
+    frame = _sql(root, f"""
+        SELECT run, CASE WHEN stage = 'baseline' THEN 0 ELSE round + 1 END AS updates, split, task_id,
+               success::INT AS success
+        FROM evals WHERE run IN ({runs})""")  # fmt: skip
+    arm_seed = (
+        pl.col("run").str.extract(r"^learning-(.+)-s(\d+)$", 1),
+        pl.col("run").str.extract(r"-s(\d+)$", 1).cast(pl.Int64),
+    )
+    return frame.with_columns(arm=arm_seed[0], seed=arm_seed[1])
+
+
+def curves(evals: pl.DataFrame) -> pl.DataFrame:
+    return (
+        evals.group_by("arm", "seed", "updates", "split")
+        .agg(success=pl.col("success").mean(), tasks=pl.len())
+        .sort("arm", "seed", "split", "updates")
+    )
+
+
+def bootstrap_difference(
+    evals: pl.DataFrame, a: str, b: str, *, updates: int, iterations: int = 2000, seed: int = 0
+) -> tuple[float, float, float] | None:
+    """Mean held-out success of arm `a` minus arm `b` after `updates` updates, with a 95 % percentile
+    interval from resampling seeds (per arm) and tasks (shared by both arms) with replacement."""
+    final = evals.filter(pl.col("updates") == updates)
+    table: dict[tuple[str, int], dict[str, int]] = {}
+    for row in final.iter_rows(named=True):
+        table.setdefault((row["arm"], row["seed"]), {})[f"{row['split']}/{row['task_id']}"] = row["success"]
+    seeds = {arm: sorted(s for (x, s) in table if x == arm) for arm in (a, b)}
+    if not seeds[a] or not seeds[b]:
+        return None
+    tasks = sorted(set.intersection(*(set(v) for v in table.values())))
+    if not tasks:
+        return None
+
+    def mean(arm: str, seed_draw: list[int], task_draw: list[str]) -> float:
+        return sum(table[(arm, s)][t] for s in seed_draw for t in task_draw) / (
+            len(seed_draw) * len(task_draw)
+        )
+
+    point = mean(a, seeds[a], tasks) - mean(b, seeds[b], tasks)
+    rng = random.Random(seed)
+    draws = []
+    for _ in range(iterations):
+        task_draw = rng.choices(tasks, k=len(tasks))
+        diff = mean(a, rng.choices(seeds[a], k=len(seeds[a])), task_draw)
+        draws.append(diff - mean(b, rng.choices(seeds[b], k=len(seeds[b])), task_draw))
+    draws.sort()
+    return point, draws[int(0.025 * iterations)], draws[int(0.975 * iterations) - 1]
+
+
+def stage_seconds(root: Path, names: Sequence[str]) -> pl.DataFrame:
+    """Wall seconds per (run, stage) from the stage manifests."""
+    rows = []
+    for name in names:
+        for path in (root / f"run={name}").glob("round=*/stage=*/_manifest.json"):
+            manifest = json.loads(path.read_text())
+            rows.append({"run": name, "stage": manifest["stage"], "seconds": float(manifest["seconds"])})
+    schema = {"run": pl.String, "stage": pl.String, "seconds": pl.Float64}
+    return pl.DataFrame(rows, schema=schema).group_by("run", "stage").agg(pl.col("seconds").sum())
+
+
+def _scalar_table(root: Path, names: Sequence[str], sql: str, fallback: dict[str, type]) -> pl.DataFrame:
+    import duckdb
+
+    try:
+        return _sql(root, sql.replace("RUNS", ", ".join(f"'{n}'" for n in names)))
+    except duckdb.CatalogException:  # the view does not exist: no run of the benchmark produced it
+        return pl.DataFrame(schema=fallback)
+
+
+def evolution_counts(root: Path, names: Sequence[str]) -> pl.DataFrame:
+    """Per run: signals fired per kind, synthesized tasks accepted/retained, generated tokens."""
+    signals = _scalar_table(root, names, """
+        SELECT run, kind, count(*) AS n FROM signals WHERE run IN (RUNS) GROUP BY ALL""",
+        {"run": pl.String, "kind": pl.String, "n": pl.Int64})  # fmt: skip
+    verdicts = _scalar_table(root, names, """
+        SELECT run, round, outcome, count(*) AS n FROM verifications WHERE run IN (RUNS) GROUP BY ALL""",
+        {"run": pl.String, "round": pl.Int64, "outcome": pl.String, "n": pl.Int64})  # fmt: skip
+    tokens = _scalar_table(root, names, """
+        SELECT run, source, sum(completion_tokens) AS tokens FROM trajectories WHERE run IN (RUNS)
+        GROUP BY ALL""", {"run": pl.String, "source": pl.String, "tokens": pl.Int64})  # fmt: skip
+    base = pl.DataFrame({"run": list(names)})
+    kinds = signals.pivot(on="kind", index="run", values="n") if signals.height else base
+    admitted = (
+        verdicts.filter(pl.col("outcome").is_in(["accept", "retain"]))
+        .group_by("run")
+        .agg(admitted=pl.col("n").sum())
+    )
+    token_cols = tokens.pivot(on="source", index="run", values="tokens") if tokens.height else base
+    token_cols = token_cols.rename({c: f"{c}_tokens" for c in token_cols.columns if c != "run"})
+    out = base.join(kinds, on="run", how="left").join(admitted, on="run", how="left")
+    return out.join(token_cols, on="run", how="left").fill_null(0)
+
+
+def accepted_per_round(root: Path, names: Sequence[str]) -> pl.DataFrame:
+    return _scalar_table(root, names, """
+        SELECT run, round, count(*) FILTER (outcome IN ('accept', 'retain')) AS admitted, count(*) AS verified
+        FROM verifications WHERE run IN (RUNS) GROUP BY ALL ORDER BY run, round""",
+        {"run": pl.String, "round": pl.Int64, "admitted": pl.Int64, "verified": pl.Int64})  # fmt: skip
+
+
+# --- reporting -----------------------------------------------------------------------------------
+
+
+def summary(curve: pl.DataFrame, final_updates: int) -> pl.DataFrame:
+    """Per arm and split: final and best success (means over seeds), and the zero-shot baseline."""
+    over_seeds = curve.group_by("arm", "split", "updates").agg(
+        success=pl.col("success").mean(), seeds=pl.len()
+    )
+    return (
+        over_seeds.group_by("arm", "split")
+        .agg(
+            baseline=pl.col("success").filter(pl.col("updates") == 0).first(),
+            final=pl.col("success").filter(pl.col("updates") == final_updates).first(),
+            best=pl.col("success").filter(pl.col("updates") > 0).max(),
+            seeds=pl.col("seeds").max(),
+        )
+        .sort("split", "arm")
+    )
+
+
+def markdown_table(frame: pl.DataFrame, percent: Sequence[str] = ()) -> str:
+    def cell(column: str, value: object) -> str:
+        if value is None:
+            return "-"
+        if column in percent:
+            return f"{100 * float(value):.1f} %"
+        return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(cell(c, v) for c, v in zip(frame.columns, row, strict=True)) + " |"
+              for row in frame.iter_rows()]  # fmt: skip
+    return "\n".join(lines)
+
+
+def plot(curve: pl.DataFrame, path: Path) -> None:
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib is not installed (pip install matplotlib): no curves.png")
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    splits = sorted(curve["split"].unique())
+    fig, axes = plt.subplots(1, len(splits), figsize=(5.5 * len(splits), 4), squeeze=False)
+    mean = curve.group_by("arm", "split", "updates").agg(pl.col("success").mean()).sort("updates")
+    for ax, split in zip(axes[0], splits, strict=True):
+        for arm in [a for a in ARMS if a in set(mean["arm"])]:
+            rows = mean.filter((pl.col("arm") == arm) & (pl.col("split") == split))
+            style = "-" if arm in ("grpo", "coevolve") else ":"
+            ax.plot(rows["updates"], 100 * rows["success"], style, marker="o", label=arm)
+        ax.set(title=f"held-out success: {split}", xlabel="GRPO updates", ylabel="success (%)")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def stage_table(seconds: pl.DataFrame) -> pl.DataFrame:
+    wide = seconds.pivot(on="stage", index="run", values="seconds").sort("run")
+    return wide.select("run", *[s for s in STAGE_ORDER if s in wide.columns])
+
+
+def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
+    names = [run_name(arm, seed) for arm, seed in plan.runs()]
+    evals = per_task_evals(root, names)
+    curve = curves(evals)
+    out.mkdir(parents=True, exist_ok=True)
+    curve.write_parquet(out / "curves.parquet")
+    plot(curve, out / "curves.png")
+    final = plan.rounds
+    parts = [f"# Learning benchmark ({time.strftime('%Y-%m-%d')})", "",
+             f"config `{plan.config}`, {plan.rounds} rounds, seeds {plan.seeds} (grpo, coevolve), "
+             f"overrides {' '.join(plan.overrides) or '(none)'}", "",
+             "## Held-out success per arm (mean over seeds)", "",
+             markdown_table(summary(curve, final), percent=("baseline", "final", "best")), ""]  # fmt: skip
+    parts += ["## coevolve - grpo after the last update (bootstrap 95 % interval over seeds and tasks)", ""]
+    for split in sorted(evals["split"].unique()):
+        got = bootstrap_difference(evals.filter(pl.col("split") == split), "coevolve", "grpo", updates=final)
+        parts.append(f"- {split}: " + ("n/a" if got is None else
+                     f"{100 * got[0]:+.1f} points [{100 * got[1]:+.1f}, {100 * got[2]:+.1f}]"))  # fmt: skip
+    got = bootstrap_difference(evals, "coevolve", "grpo", updates=final)
+    if got is not None:
+        parts.append(f"- both splits: {100 * got[0]:+.1f} points [{100 * got[1]:+.1f}, {100 * got[2]:+.1f}]")
+    seconds = stage_seconds(root, names)
+    feedback = (
+        seconds.with_columns(feedback=pl.col("stage").is_in(FEEDBACK_STAGES))
+        .group_by("run")
+        .agg(stages_s=pl.col("seconds").sum(), feedback_s=pl.col("seconds").filter(pl.col("feedback")).sum())
+    )
+    per_run = (
+        evolution_counts(root, names)
+        .join(feedback, on="run", how="left")
+        .with_columns(
+            feedback_share=pl.col("feedback_s") / pl.col("stages_s"),
+            wall_s=pl.col("run").replace_strict(wall, default=None, return_dtype=pl.Float64),
+        )
+    )
+    parts += ["", "## Per run: signals, admitted tasks, generated tokens, time", "",
+              markdown_table(per_run.sort("run"), percent=("feedback_share",)), "",
+              "## Wall seconds per stage (sum over rounds)", "",
+              markdown_table(stage_table(seconds)), "",
+              "## Synthesized tasks admitted per round", "",
+              markdown_table(accepted_per_round(root, names)), ""]  # fmt: skip
+    text = "\n".join(parts)
+    (out / "report.md").write_text(text)
+    return text
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one seed, 3 rounds")
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    parser.add_argument("--rounds", type=int)
+    parser.add_argument("--seeds", type=int, help="seeds of grpo and coevolve (ablations: seed 0)")
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS))
+    parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
+    parser.add_argument("--root", type=Path, help="storage root (default: COEVOLVE_HOME or runs/)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/learning"))
+    args = parser.parse_args(argv)
+    if args.root is not None:
+        os.environ["COEVOLVE_HOME"] = str(args.root)
+    plan = Plan.make(quick=args.quick, config=args.config, rounds=args.rounds, seeds=args.seeds,
+                     arms=args.arms, overrides=args.overrides)  # fmt: skip
+    print(run_benchmark(plan, args.out))
+
+
+def run_benchmark(plan: Plan, out: Path) -> str:
+    """Run every arm of `plan`, write the outputs into `out`, return the report (markdown)."""
+    from flows.config import load_config
+    from flows.runs import storage_root
+
+    config = load_config(plan.config, list(plan.overrides))
+    if config.evolve.every == 0 and set(plan.arms) - {"grpo"}:
+        raise ValueError(
+            f"{plan.config} sets evolve.every: 0; the evolving arms need F > 0 (--set evolve.every=1)"
+        )
+    root = storage_root(config)
+    wall = run_arms(plan)
+    return report(root, plan, out, wall)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""Smoke test of the learning benchmark's code on the tiny model: arms run through the real flow, the
+curves, the bootstrap interval, the report and the plot come out."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from tests.conftest import CONFIGS
+
+pytestmark = pytest.mark.slow
+
+
+def test_bootstrap_interval_brackets_the_point_estimate():
+    from benchmarks.learning import bootstrap_difference
+
+    rows = [
+        {"arm": arm, "seed": seed, "updates": 2, "split": "test", "task_id": f"t{t}",
+         "success": int(arm == "coevolve" and t % 2 == 0 or t == 0)}
+        for arm in ("coevolve", "grpo") for seed in (0, 1) for t in range(10)
+    ]  # fmt: skip
+    point, low, high = bootstrap_difference(pl.DataFrame(rows), "coevolve", "grpo", updates=2)
+    assert point == pytest.approx(0.4) and low <= point <= high and low > 0
+    assert bootstrap_difference(pl.DataFrame(rows), "coevolve", "grpo", updates=5) is None
+
+
+def test_quick_plan_runs_and_reports(tmp_path, monkeypatch, prefect_api):
+    from benchmarks.learning import Plan, run_benchmark
+
+    monkeypatch.setenv("COEVOLVE_HOME", str(tmp_path / "runs"))
+    plan = Plan.make(quick=True, config=CONFIGS / "test-tiny.yaml", rounds=1, arms=["grpo", "coevolve", "no-verify"],
+                     overrides=["evolve.every=1", "eval.splits=[test, heldout-templates]"])  # fmt: skip
+    assert plan.runs() == [("grpo", 0), ("coevolve", 0), ("no-verify", 0)]
+    text = run_benchmark(plan, tmp_path / "out")
+    curves = pl.read_parquet(tmp_path / "out" / "curves.parquet")
+    assert set(curves["arm"]) == {"grpo", "coevolve", "no-verify"}
+    assert set(curves["updates"]) == {0, 1} and set(curves["split"]) == {"test", "heldout-templates"}
+    assert "coevolve - grpo" in text and "| learning-coevolve-s0 |" in text
+    assert (tmp_path / "out" / "report.md").read_text() == text
+    assert (tmp_path / "out" / "curves.png").stat().st_size > 1000
+    # every arm ran the same rollout budget
+    from storage.catalog import query
+
+    budget = query(tmp_path / "runs", "SELECT run, count(*) AS n FROM trajectories WHERE source = 'rollout' "
+                                      "GROUP BY run").to_pylist()  # fmt: skip
+    assert len({row["n"] for row in budget}) == 1 and len(budget) == 3
+
+
+def test_evolving_arms_need_evolution_in_the_config():
+    from benchmarks.learning import Plan, run_benchmark
+
+    with pytest.raises(ValueError, match="evolve.every"):
+        run_benchmark(Plan.make(quick=True, config=CONFIGS / "test-tiny.yaml"), None)
+    with pytest.raises(ValueError, match="unknown arms"):
+        Plan.make(quick=True, arms=["bogus"])
