@@ -24,6 +24,7 @@ seconds (a nested timer's time is not counted again in its parent):
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import tempfile
@@ -129,6 +130,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--json", help="also write the table as JSON here")
+    parser.add_argument(
+        "--no-prompt-sharing",
+        action="store_true",
+        help="the engine prefills every copy of a repeated prompt (the old behaviour)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ["COEVOLVE_HOME"] = tempfile.mkdtemp(prefix="coevolve-profile-")
@@ -142,12 +148,19 @@ def main() -> None:
 
     timer = ExclusiveTimer()
     instrument(timer)
+    if args.no_prompt_sharing:
+        init = llm.hf_engine.HfEngine.__init__
+        llm.hf_engine.HfEngine.__init__ = lambda self, *a, **k: init(
+            self, *a, **{**k, "share_prompts": False}
+        )
     started = time.perf_counter()
     timer.run("orchestration and other", flows.coevolve.coevolve, args.config, run="profile", rounds=args.rounds,
               overrides=args.overrides)  # fmt: skip
     wall = time.perf_counter() - started
+    engines = [o for o in gc.get_objects() if isinstance(o, llm.hf_engine.HfEngine)]
+    prefill = sum(e.prefill_tokens for e in engines)
     print(f"\nconfig {args.config} {' '.join(args.overrides)}: {args.rounds} round(s), {wall:.1f} s "
-          f"(Prefect API start before it: {prefect_start:.1f} s)")  # fmt: skip
+          f"(Prefect API start before it: {prefect_start:.1f} s), prefill tokens {prefill:,}")  # fmt: skip
     print(f"{'kind of work':<28} {'seconds':>8} {'share':>6} {'calls':>7}")
     for name in ORDER:
         print(
@@ -155,7 +168,7 @@ def main() -> None:
         )
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"wall": wall, "prefect_start": prefect_start, "seconds": dict(timer.seconds),
+            json.dump({"wall": wall, "prefect_start": prefect_start, "seconds": dict(timer.seconds), "prefill": prefill,
                        "overrides": args.overrides}, out, indent=1)  # fmt: skip
 
 

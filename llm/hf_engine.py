@@ -36,7 +36,15 @@ from llm.kv_sessions import CachedPrefix, KvSessions, batch_cache, extract_row
 class HfEngine:
     """transformers model + tokenizer behind the `Engine` protocol."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, batch_size: int = 16, version: str = "base") -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        batch_size: int = 16,
+        version: str = "base",
+        share_prompts: bool = True,
+    ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.model = model
@@ -46,6 +54,8 @@ class HfEngine:
         self.eos_ids = _eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else min(self.eos_ids)
+        self.share_prompts = share_prompts
+        """Prefill a prompt repeated within a sub-batch once (False: every row prefills its own copy)."""
         self.sessions = KvSessions()
         self.prefill_tokens = 0
         """Tokens encoded by prefill so far (decode steps not counted): what KV reuse saves."""
@@ -111,7 +121,8 @@ class HfEngine:
 
         device = self.model.device
         reused = [self.sessions.reusable(s, p) for s, p in zip(sessions, prompts, strict=True)]
-        reused = self._share_repeated_prompts(prompts, reused)
+        if self.share_prompts:
+            reused = self._share_repeated_prompts(prompts, reused)
         cache, cache_mask, cached = batch_cache(reused, self.model.config)
         suffixes = [p[n:] for p, n in zip(prompts, cached, strict=True)]
         self.prefill_tokens += sum(map(len, suffixes))
