@@ -24,7 +24,6 @@ seconds (a nested timer's time is not counted again in its parent):
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import tempfile
@@ -148,16 +147,18 @@ def main() -> None:
 
     timer = ExclusiveTimer()
     instrument(timer)
-    if args.no_prompt_sharing:
-        init = llm.hf_engine.HfEngine.__init__
-        llm.hf_engine.HfEngine.__init__ = lambda self, *a, **k: init(
-            self, *a, **{**k, "share_prompts": False}
-        )
+    engines = []  # every engine the run creates, to read its prefill counter
+    init = llm.hf_engine.HfEngine.__init__
+
+    def register(self, *a, **k):
+        init(self, *a, **({**k, "share_prompts": False} if args.no_prompt_sharing else k))
+        engines.append(self)
+
+    llm.hf_engine.HfEngine.__init__ = register
     started = time.perf_counter()
     timer.run("orchestration and other", flows.coevolve.coevolve, args.config, run="profile", rounds=args.rounds,
               overrides=args.overrides)  # fmt: skip
     wall = time.perf_counter() - started
-    engines = [o for o in gc.get_objects() if isinstance(o, llm.hf_engine.HfEngine)]
     prefill = sum(e.prefill_tokens for e in engines)
     print(f"\nconfig {args.config} {' '.join(args.overrides)}: {args.rounds} round(s), {wall:.1f} s "
           f"(Prefect API start before it: {prefect_start:.1f} s), prefill tokens {prefill:,}")  # fmt: skip
@@ -166,6 +167,13 @@ def main() -> None:
         print(
             f"{name:<28} {timer.seconds[name]:>8.1f} {timer.seconds[name] / wall:>6.1%} {timer.calls[name]:>7}"
         )
+    started = time.perf_counter()
+    again = flows.coevolve.coevolve(args.config, run="profile", rounds=args.rounds, overrides=args.overrides)
+    recomputed = sum(state == "computed" for r in again["rounds"] for state in r.values())
+    print(
+        f"the same flow again (every stage cached): {time.perf_counter() - started:.2f} s, "
+        f"{recomputed} stages recomputed"
+    )
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"wall": wall, "prefect_start": prefect_start, "seconds": dict(timer.seconds), "prefill": prefill,

@@ -38,7 +38,10 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--max-replies", type=int, default=6)
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--no-prompt-sharing", action="store_true",
+                        help="prefill every copy of a group's prompt (the engine before group KV sharing)")
     args = parser.parse_args()
+    share = not args.no_prompt_sharing
 
     model, tokenizer = load_model(args.model)
     chat = ChatFormat(tokenizer)
@@ -46,7 +49,7 @@ def main() -> None:
     tasks = env.tasks("train")[: args.tasks]
     jobs = [(t, k) for t in tasks for k in range(args.k)]
     sampling = SamplingParams(temperature=0.8, max_new_tokens=args.max_new_tokens, seed=0)
-    engine = HfEngine(model, tokenizer, batch_size=args.batch_size)
+    engine = HfEngine(model, tokenizer, batch_size=args.batch_size, share_prompts=share)
     engine.generate([chat.prompt_ids([{"role": "user", "content": "hi"}], tools=[])], sampling)  # warm-up
 
     engine.prefill_tokens = 0
@@ -59,7 +62,7 @@ def main() -> None:
 
     prompts = [ep.input_ids[: ep.prompt_tokens] for ep in episodes]
     per_sequence = max(1, round(loop_tokens / len(prompts)))
-    baseline = NeverStops(model, tokenizer, batch_size=args.batch_size)
+    baseline = NeverStops(model, tokenizer, batch_size=args.batch_size, share_prompts=share)
     started = time.perf_counter()
     out = baseline.generate(prompts, SamplingParams(temperature=0.8, max_new_tokens=per_sequence, seed=0))
     base_seconds = time.perf_counter() - started
@@ -71,7 +74,8 @@ def main() -> None:
           f"({sum(ep.replies for ep in episodes)} replies, mean prompt {sum(map(len, prompts)) / len(prompts):.0f} tokens)")
     print(f"one batched generate: {base_tokens} tokens in {base_seconds:.1f} s = {base_rate:.1f} tok/s")
     print(f"ratio: {loop_rate / base_rate:.2f}")
-    print(f"prefill tokens per episode / final context length: {prefill_ratio:.2f} (KV reuse across turns)")
+    print(f"prefill tokens per episode / final context length: {prefill_ratio:.2f} (KV reuse across turns"
+          f"{', group prompts prefilled once' if share else ''})")
 
 
 if __name__ == "__main__":

@@ -11,17 +11,24 @@ reference calls fail or whose answers the agent could not have seen (in a user t
 the reply of its turn: case-insensitive for text, by value for numbers ("1520.5", "1,520.50" and
 "1520.50" all match "1520.00"-style money answers, which `money` renders with 2 decimals).
 
-Reward: 1.0 on success; otherwise 0.4 x (fraction of checks passed) + 0.05 if some tool call ran without
-error + 0.05 x (fraction of the reference solution's tools called without error), which stays below 0.5,
-so success <=> reward >= 0.5. Checks: one per app in the expected or the actual final state (equal or
-not) and one per required answer. The last term separates a failed episode that used the right tools from
-one that did not, so a GRPO group of failures still carries a learning signal.
+Reward: 1.0 on success; otherwise a partial credit that stays below 0.5 (so success <=> reward >= 0.5):
+
+    0.35 x (fraction of checks passed)           checks: one per app in the expected or actual final state
+                                                 (equal or not) and one per required answer
+  + 0.05 if some tool call ran without error
+  + 0.05 x (fraction of the reference solution's tools the agent called, even with wrong arguments)
+  + 0.04 x (fraction of the agent's tool-call blocks that parsed into a call)
+
+The last three terms make failed episodes differ when they differ in how close they came (a malformed
+call, a hallucinated tool, the right tool with wrong arguments, a call that ran), so that a GRPO group of
+failures, the common case for a small model, still carries a learning signal.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from envs.base import Evaluation, ToolCall
@@ -76,15 +83,36 @@ def build_checker(
         ]
         if missing and strict:
             raise ValueError(f"answers {missing} of turn {turn} appear in no message or tool result")
-    kept = [[a for a in turn_answers if strict or answer_found(a, "\n".join(seen))] for turn_answers in answers]
+    kept = [
+        [a for a in turn_answers if strict or answer_found(a, "\n".join(seen))] for turn_answers in answers
+    ]
     return {"final_state": world.state(), "answers": kept}
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """What the agent did with tools during the episode (for partial credit)."""
+
+    any_ok: bool = False
+    """Some call ran without error."""
+    called: frozenset[str] = frozenset()
+    """Names the agent called, known tools or not, whether the call worked or not."""
+    parsed: int = 0
+    """Tool-call blocks that parsed into a call."""
+    malformed: int = 0
+    """Tool-call blocks that did not parse."""
+
+    @property
+    def well_formed(self) -> float:
+        blocks = self.parsed + self.malformed
+        return self.parsed / blocks if blocks else 0.0
 
 
 def score(
     checker: dict[str, Any],
     final_state: dict[str, Any],
     replies: Sequence[str | None],
-    tools_ok: Collection[str],
+    use: ToolUse = ToolUse(),
     solution_tools: Collection[str] = (),
 ) -> Evaluation:
     """Success iff the final state equals the expected one and every answer is in its turn's reply."""
@@ -104,15 +132,17 @@ def score(
     passed = sum(apps.values()) + sum(a["found"] for a in answers)
     total = len(apps) + len(answers)
     success = passed == total
-    coverage = len(set(tools_ok) & set(solution_tools)) / len(set(solution_tools)) if solution_tools else 0.0
-    partial = 0.4 * passed / max(total, 1) + (0.05 if tools_ok else 0.0) + 0.05 * coverage
+    wanted = set(solution_tools)
+    coverage = len(use.called & wanted) / len(wanted) if wanted else 0.0
+    partial = 0.35 * passed / max(total, 1) + 0.05 * use.any_ok + 0.05 * coverage + 0.04 * use.well_formed
     details = {
         "state_match": all(apps.values()),
         "apps": apps,
         "answers": answers,
         "checks_passed": passed,
         "checks_total": total,
-        "tool_call_ok": bool(tools_ok),
+        "tool_call_ok": use.any_ok,
+        "well_formed_calls": round(use.well_formed, 4),
         "solution_tools_used": round(coverage, 4),
         "mismatched_apps": [app for app, ok in apps.items() if not ok],
     }

@@ -16,11 +16,11 @@ on first use and cached on the instance; each instance runs one episode at a tim
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from envs.base import Action, Evaluation, Observation, StepResult, Task, content_hash
-from envs.toolworld.checker import build_checker, score
+from envs.toolworld.checker import ToolUse, build_checker, score
 from envs.toolworld.demonstrations import demonstrations
 from envs.toolworld.tasks import SPLITS, generate_split, templates_of
 from envs.toolworld.tools import ToolCatalog
@@ -41,8 +41,8 @@ class _Episode:
     replies: list[str | None]
     turn: int = 0
     steps_in_turn: int = 0
-    tools_ok: set[str] = field(default_factory=set)
-    """Names of the tools called without error so far."""
+    use: ToolUse = ToolUse()
+    """The agent's tool use so far (partial credit)."""
     done: bool = False
 
 
@@ -124,13 +124,15 @@ class ToolWorldEnv:
         episode.steps_in_turn += 1
         if episode.steps_in_turn > self.max_steps_per_turn:
             return self._end_turn(episode, None, {**info, "step_limit": True})
-        messages = []
+        messages, use = [], episode.use
         for call in parsed.calls:
             outcome = self._catalog.call(episode.world.apps, call, episode.offered)
-            if outcome.ok:
-                episode.tools_ok.add(call.name)
+            use = replace(use, any_ok=use.any_ok or outcome.ok, called=use.called | {call.name})
             info["calls"].append(outcome.record())
             messages.append({"role": "tool", "content": outcome.content()})
+        episode.use = replace(
+            use, parsed=use.parsed + len(parsed.calls), malformed=use.malformed + len(parsed.errors)
+        )
         messages += [
             {"role": "tool", "content": f"could not parse tool call: {error}"} for error in parsed.errors
         ]
@@ -140,7 +142,7 @@ class ToolWorldEnv:
         """Score the episode so far (unanswered turns count as missing answers)."""
         episode = self._require_episode()
         wanted = {call.name for calls in episode.task.solution for call in calls}
-        return score(episode.checker, episode.world.state(), episode.replies, episode.tools_ok, wanted)
+        return score(episode.checker, episode.world.state(), episode.replies, episode.use, wanted)
 
     def close(self) -> None:
         self._episode = None
@@ -160,7 +162,7 @@ class ToolWorldEnv:
             "turn": episode.turn,
             "steps_in_turn": episode.steps_in_turn,
             "replies": list(episode.replies),
-            "tools_ok": sorted(episode.tools_ok),
+            "use": {**asdict(episode.use), "called": sorted(episode.use.called)},
             "done": episode.done,
         }
 
@@ -171,7 +173,8 @@ class ToolWorldEnv:
         episode = self._require_episode()
         episode.world = World(snapshot["state"], loaded=frozenset(task.initial_state))
         episode.turn, episode.steps_in_turn = snapshot["turn"], snapshot["steps_in_turn"]
-        episode.replies, episode.tools_ok = list(snapshot["replies"]), set(snapshot["tools_ok"])
+        episode.replies = list(snapshot["replies"])
+        episode.use = ToolUse(**{**snapshot["use"], "called": frozenset(snapshot["use"]["called"])})
         episode.done = snapshot["done"]
 
     # -- helpers -----------------------------------------------------------------------------------

@@ -319,7 +319,7 @@ def test_step_cap_ends_the_turn_without_an_answer():
     assert capped.turn_ended and capped.done and capped.info["step_limit"] and capped.info["calls"] == []
     evaluation = env.evaluate()
     # state check passed (1 of 2 checks), a call ran, and it was the solution's only tool
-    assert not evaluation.success and evaluation.reward == pytest.approx(0.4 * 1 / 2 + 0.05 + 0.05)
+    assert not evaluation.success and evaluation.reward == pytest.approx(0.35 * 1 / 2 + 0.05 + 0.05 + 0.04)
 
 
 def test_partial_credit_separates_the_right_tool_from_a_wrong_one():
@@ -328,12 +328,17 @@ def test_partial_credit_separates_the_right_tool_from_a_wrong_one():
     account = task.solution[0][0].arguments["account_id"]
     rewards = {}
     for name, call in {"right": tool_text("get_balance", account_id=account),
-                       "other": tool_text("list_accounts"), "none": "I cannot help."}.items():  # fmt: skip
+                       "right-tool-bad-args": tool_text("get_balance", account_id="NOPE-0"),
+                       "other": tool_text("list_accounts"), "hallucinated": tool_text("get_car", kind="fast"),
+                       "malformed": '<tool_call>{"name": "get_balance" "x"}</tool_call>',
+                       "none": "I cannot help."}.items():  # fmt: skip
         env.reset(task)
         env.step(call)
         env.step("Done.")
         rewards[name] = env.evaluate().reward
-    assert rewards["right"] > rewards["other"] > rewards["none"] and rewards["right"] < 0.5
+    assert rewards["right"] > rewards["other"] > rewards["none"]
+    assert rewards["right"] > rewards["right-tool-bad-args"] > rewards["hallucinated"] > rewards["none"]
+    assert rewards["malformed"] == rewards["none"] and rewards["right"] < 0.5
 
 
 def test_reset_loads_a_copy_and_instances_share_nothing(env):
