@@ -50,6 +50,8 @@ def steps_table(round_: int, n: int, rng: np.random.Generator) -> pa.Table:
     episodes = n // 4
     ids = np.array([f"r{round_}-t{i}" for i in range(episodes)])
     columns = {
+        "run": np.full(n, "scale"),
+        "round": np.full(n, round_, dtype=np.int32),
         "trajectory_id": np.repeat(ids, 4),
         "source": np.where(rng.random(n) < 0.8, "rollout", "eval:test"),
         "task_id": np.repeat(np.array([f"task-{i % 500}" for i in range(episodes)]), 4),
@@ -69,6 +71,8 @@ def steps_table(round_: int, n: int, rng: np.random.Generator) -> pa.Table:
 def trajectories_table(round_: int, episodes: int, rng: np.random.Generator) -> pa.Table:
     schema = ARTIFACTS["trajectories"]
     values = {
+        "run": ["scale"] * episodes,
+        "round": [round_] * episodes,
         "trajectory_id": [f"r{round_}-t{i}" for i in range(episodes)],
         "reward": rng.random(episodes),
         "success": rng.random(episodes) < 0.3,
