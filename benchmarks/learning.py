@@ -2,6 +2,9 @@
 
     coevolve bench learning [--quick]        # = python -m benchmarks.learning
 
+`--quick` (about 15 minutes on 2 cores): grpo and coevolve only, one seed, 2 rounds, 8 tasks per eval
+split. The full suite: every arm, 3 seeds of grpo and coevolve, 8 rounds.
+
 Every arm is an ordinary run of the `coevolve` flow on the same config (`configs/learning-smollm2.yaml`
 by default) with one set of overrides, the same seeds, the same evaluation (greedy, fixed task samples
 of `test` and `heldout-templates`) and the same rollout budget (tasks x K x rounds):
@@ -46,6 +49,8 @@ ARMS: dict[str, tuple[str, ...]] = {
     "no-verify": ("evolve.verify=false",),
     "unguided": ("evolve.guided=false",),
 }
+QUICK_ARMS = ("grpo", "coevolve")
+QUICK_OVERRIDES = ("eval.max_tasks=8",)
 FEEDBACK_STAGES = ("signals", "explore", "triples", "abstract", "verify", "merge")
 STAGE_ORDER = ("bootstrap", "baseline", "rollout", *FEEDBACK_STAGES, "grpo_update", "evaluate")
 DEFAULT_CONFIG = Path("configs/learning-smollm2.yaml")
@@ -65,16 +70,16 @@ class Plan:
     def make(cls, *, quick: bool, config: Path = DEFAULT_CONFIG, rounds: int | None = None,
              seeds: int | None = None, arms: Sequence[str] | None = None,
              overrides: Sequence[str] = ()) -> Plan:  # fmt: skip
-        """The full suite, or `quick`: one seed and fewer rounds."""
+        """The full suite, or `quick`: grpo and coevolve, one seed, 2 rounds, 8 tasks per eval split."""
         unknown = sorted(set(arms or ()) - set(ARMS))
         if unknown:
             raise ValueError(f"unknown arms {unknown}; known: {', '.join(ARMS)}")
         return cls(
             config=config,
-            rounds=rounds if rounds is not None else (3 if quick else 8),
+            rounds=rounds if rounds is not None else (2 if quick else 8),
             seeds=seeds if seeds is not None else (1 if quick else 3),
-            arms=tuple(arms) if arms else tuple(ARMS),
-            overrides=tuple(overrides),
+            arms=tuple(arms) if arms else (QUICK_ARMS if quick else tuple(ARMS)),
+            overrides=(*QUICK_OVERRIDES, *overrides) if quick else tuple(overrides),
         )
 
     def runs(self) -> list[tuple[str, int]]:

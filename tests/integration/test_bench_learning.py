@@ -28,6 +28,7 @@ def test_quick_plan_runs_and_reports(tmp_path, monkeypatch, prefect_api):
     from benchmarks.learning import Plan, run_benchmark
 
     monkeypatch.setenv("COEVOLVE_HOME", str(tmp_path / "runs"))
+    assert Plan.make(quick=True).arms == ("grpo", "coevolve") and Plan.make(quick=False).seeds == 3
     plan = Plan.make(quick=True, config=CONFIGS / "test-tiny.yaml", rounds=1, arms=["grpo", "coevolve", "no-verify"],
                      overrides=["evolve.every=1", "eval.splits=[test, heldout-templates]"])  # fmt: skip
     assert plan.runs() == [("grpo", 0), ("coevolve", 0), ("no-verify", 0)]
@@ -50,6 +51,6 @@ def test_evolving_arms_need_evolution_in_the_config():
     from benchmarks.learning import Plan, run_benchmark
 
     with pytest.raises(ValueError, match="evolve.every"):
-        run_benchmark(Plan.make(quick=True, config=CONFIGS / "test-tiny.yaml"), None)
+        run_benchmark(Plan.make(quick=True, config=CONFIGS / "test-tiny.yaml", arms=["coevolve"]), None)
     with pytest.raises(ValueError, match="unknown arms"):
         Plan.make(quick=True, arms=["bogus"])
