@@ -9,6 +9,10 @@ episodes (multi-round) of at most `evolve.explore_steps` replies (multi-step), e
 initial state, in the ordinary agent loop. The context reaches the teacher as the episode's system
 instructions (`explore` prompt). Episodes are logged as `trajectories`/`steps` with source `explore`.
 
+`evolve.guided: false` (the paper's "random exploration" ablation) ignores the signals: as many random
+worlds of the round's dataset are explored under a generic request and a few random tools, as the
+bootstrap of D_0 does.
+
     coevolve stage explore --run demo --round 9
 """
 
@@ -25,7 +29,7 @@ from llm.chat import describe_tool
 from stages import teacher as teachers
 from stages.agent_loop import Episode, EpisodeLimits, run_episodes
 from stages.context import RunContext
-from stages.datasets import dataset_manifest, load_tasks
+from stages.datasets import dataset_manifest, load_dataset, load_tasks
 from stages.ledger import step_rows, trajectory_rows
 from stages.rollout import round_seed
 from stages.runner import StageDef, StageResult
@@ -347,10 +351,8 @@ def unguided_targets(ctx: RunContext, round_: int) -> list[Target]:
 
     The explorations keep the world task's id (later stages look the initial state up by it), but the
     teacher sees only the generic request, never that task's own request or solution."""
-    from stages.abstract import dataset_tasks
-
     rng = random.Random(round_seed(ctx.config.run.seed, round_, "unguided"))
-    worlds = dataset_tasks(ctx, round_)
+    worlds = load_tasks(ctx, load_dataset(ctx, round_).column("task_id").to_pylist(), round_)
     chosen = rng.sample(worlds, min(ctx.config.evolve.max_explorations, len(worlds)))
     label = f"unguided:{round_}"
     return [unguided_target(ctx, w, round_, label, rng, kind="unguided", task_id=w.id) for w in chosen]
