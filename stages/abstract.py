@@ -305,7 +305,12 @@ def abstract_groups(
     """Candidate rows of every group (groups without a successful call give one `invalid` row)."""
     asking = [g for g in groups if g.calls]
     conversations = [abstract_messages(g, offered_tools(make_env, g.task), max_tasks) for g in asking]
-    replies = teacher.complete(conversations, teacher.settings.text_sampling(seed)) if conversations else []
+    sampling = teacher.settings.text_sampling(seed)
+    replies = (
+        teacher.complete(conversations, sampling, reply_prefix=teachers.ABSTRACT_PREFIX)
+        if conversations
+        else []
+    )
     reply_of = {g.group_id: r for g, r in zip(asking, replies, strict=True)}
     rows = []
     for g in groups:

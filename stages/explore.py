@@ -221,7 +221,12 @@ def explore(
         except Exception as exc:  # a task the environment cannot reset is a row, not a crash
             x.status, x.reason = "error", f"reset failed: {short_text(str(exc), 300)}"
     conversations = [reflection_messages(x.target, tools[x.target.exploration_id]) for x in asking]
-    replies = teacher.complete(conversations, teacher.settings.text_sampling(seed)) if conversations else []
+    sampling = teacher.settings.text_sampling(seed)
+    replies = (
+        teacher.complete(conversations, sampling, reply_prefix=teachers.REFLECT_PREFIX)
+        if conversations
+        else []
+    )
     for x, reply in zip(asking, replies, strict=True):
         names = {t["function"]["name"] for t in tools[x.target.exploration_id]}
         x.reflection = reply

@@ -8,7 +8,12 @@
   replies through chat completions, exploration episodes through the completions endpoint.
 
 Every teacher has an `engine` and a `chat` format so that exploration episodes run in the ordinary
-agent loop, and `complete(conversations, sampling)` for text replies. Teacher output is data: it is
+agent loop, and `complete(conversations, sampling, reply_prefix=...)` for text replies. The reflection and
+abstraction callers pass the first characters of the JSON they expect (`REFLECT_PREFIX`,
+`ABSTRACT_PREFIX`): the in-process teacher starts its reply with them (assistant prefill), which turns a
+small model's prose into JSON far more often (SmolLM2-135M reflections: 0 of 3 parsed without, 4 of 8
+with, `benchmarks/RESULTS.md`); the returned text includes the prefix. A served teacher (chat
+completions) answers from scratch and ignores the prefix. Teacher output is data: it is
 only ever parsed with `json.loads` (`extract_json` finds the first JSON value in a reply, within size
 and depth caps) and stored raw next to its parse result. Prompts are files in `llm/prompts/`.
 
@@ -32,6 +37,10 @@ MAX_JSON_DEPTH = 20
 MAX_JSON_STARTS = 200
 """Most `{`/`[` positions tried per reply, so a hostile reply cannot make parsing quadratic."""
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
+
+
+REFLECT_PREFIX = '{"tools": ["'
+ABSTRACT_PREFIX = '[{"intent": "'
 
 
 class JsonReplyError(ValueError):
@@ -62,8 +71,14 @@ class Teacher(Protocol):
     chat: Any  # llm.chat.ChatFormat: renders exploration episodes for `engine`
     settings: TeacherSettings
 
-    def complete(self, conversations: list[list[dict]], sampling: SamplingParams) -> list[str]:
-        """One text reply per conversation (lists of {role, content}; a leading system message allowed)."""
+    def complete(
+        self, conversations: list[list[dict]], sampling: SamplingParams, *, reply_prefix: str = ""
+    ) -> list[str]:
+        """One text reply per conversation (lists of {role, content}; a leading system message allowed).
+
+        `reply_prefix`: the start of the expected reply; a teacher that can continue a partial reply
+        starts with it (and returns it as part of the text), others ignore it.
+        """
         ...
 
 
@@ -76,9 +91,12 @@ class EngineTeacher:
     chat: Any
     settings: TeacherSettings
 
-    def complete(self, conversations: list[list[dict]], sampling: SamplingParams) -> list[str]:
-        prompts = [self.chat.prompt_ids(messages, tools=[]) for messages in conversations]
-        return [c.text for c in self.engine.generate(prompts, sampling)] if prompts else []
+    def complete(
+        self, conversations: list[list[dict]], sampling: SamplingParams, *, reply_prefix: str = ""
+    ) -> list[str]:
+        primed = self.chat.tokenizer.encode(reply_prefix, add_special_tokens=False) if reply_prefix else []
+        prompts = [self.chat.prompt_ids(messages, tools=[]) + primed for messages in conversations]
+        return [reply_prefix + c.text for c in self.engine.generate(prompts, sampling)] if prompts else []
 
 
 @dataclass
@@ -90,7 +108,9 @@ class OpenAITeacher:
     chat: Any
     settings: TeacherSettings
 
-    def complete(self, conversations: list[list[dict]], sampling: SamplingParams) -> list[str]:
+    def complete(
+        self, conversations: list[list[dict]], sampling: SamplingParams, *, reply_prefix: str = ""
+    ) -> list[str]:
         return self.engine.chat(conversations, sampling)
 
 

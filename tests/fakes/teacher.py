@@ -183,7 +183,9 @@ class ScriptedTeacher:
         self.used = {"reflect": 0, "abstract": 0}
         self.prompts: list[str] = []
 
-    def complete(self, conversations: list[list[dict]], sampling: SamplingParams) -> list[str]:
+    def complete(
+        self, conversations: list[list[dict]], sampling: SamplingParams, *, reply_prefix: str = ""
+    ) -> list[str]:  # like a served teacher, it answers from scratch and ignores the prefix
         replies = []
         for messages in conversations:
             prompt = messages[-1]["content"]

@@ -208,3 +208,25 @@ def test_make_teacher_openai_uses_the_configured_server(tmp_path):
         )
     assert teacher.version == f"openai:big@{server.base_url}"
     assert reply == ['{"plan": "p"}'] and server.requests[0]["body"]["max_tokens"] == 1024
+
+
+def test_engine_teacher_starts_its_reply_with_the_prefix():
+    from llm.chat import ChatFormat
+    from llm.hf_engine import HfEngine
+    from llm.models import load_model
+    from stages.teacher import REFLECT_PREFIX, EngineTeacher, TeacherSettings
+
+    model, tokenizer = load_model("tiny-random-llama")
+    teacher = EngineTeacher(
+        "v", HfEngine(model, tokenizer), ChatFormat(tokenizer), TeacherSettings(1.0, 8, 8, 512)
+    )
+    conversation = [{"role": "user", "content": "Reflect."}]
+    sampling = SamplingParams(greedy=True, max_new_tokens=4)
+    (plain,) = teacher.complete([conversation], sampling)
+    (primed,) = teacher.complete([conversation], sampling, reply_prefix=REFLECT_PREFIX)
+    assert primed.startswith(REFLECT_PREFIX) and not plain.startswith(REFLECT_PREFIX)
+    # the model continued the prefix: the same as generating from the prompt with the prefix appended
+    prompt = teacher.chat.prompt_ids(conversation, tools=[]) + tokenizer.encode(
+        REFLECT_PREFIX, add_special_tokens=False
+    )
+    assert primed == REFLECT_PREFIX + teacher.engine.generate([prompt], sampling)[0].text

@@ -1,0 +1,53 @@
+"""How often a small in-process teacher answers the reflection prompt with usable JSON, with and without
+starting its reply with `stages.teacher.REFLECT_PREFIX` (assistant prefill).
+
+    .venv/bin/python -u benchmarks/teacher_prefill_probe.py --model smollm2-135m --tasks 16
+
+Each probe is a real reflection prompt (`stages.explore.reflection_messages`) for a `train` task of the
+tool world, with a one-step failed trajectory (a call to an unknown tool, as SmolLM2 makes them), sampled
+at the teacher's default temperature; the reply goes through the real parser (`parse_context`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+
+import envs
+from llm.chat import ChatFormat
+from llm.hf_engine import HfEngine
+from llm.models import load_model
+from stages.explore import Target, parse_context, reflection_messages
+from stages.teacher import REFLECT_PREFIX, EngineTeacher, TeacherSettings
+
+FAILED_STEP = {"step": 0, "call_index": 0, "kind": "call", "tool": "balance", "arguments": "{}", "ok": False,
+               "observation": 'unknown tool "balance"', "reply": ""}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--tasks", type=int, default=16)
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--temperature", type=float, default=0.7)
+    args = parser.parse_args()
+
+    model, tokenizer = load_model(args.model)
+    settings = TeacherSettings(args.temperature, args.max_new_tokens, 64, 4096)
+    teacher = EngineTeacher(args.model, HfEngine(model, tokenizer), ChatFormat(tokenizer), settings)
+    env = envs.make("toolworld")
+    conversations, names = [], []
+    for task in env.tasks("train")[: args.tasks]:
+        tools = env.reset(task).tools
+        target = Target("probe", task, "rare", steps=[FAILED_STEP], outcome="reward 0.10, failure")
+        conversations.append(reflection_messages(target, tools))
+        names.append({t["function"]["name"] for t in tools})
+    sampling = settings.text_sampling(seed=0)
+    for label, prefix in (("no prefill", ""), ("prefill", REFLECT_PREFIX)):
+        replies = teacher.complete(conversations, sampling, reply_prefix=prefix)
+        statuses = Counter(parse_context(reply, n)[1] for reply, n in zip(replies, names, strict=True))
+        print(f"{label:<11} ok {statuses['ok']}/{len(replies)}  {dict(statuses)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
