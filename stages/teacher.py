@@ -11,8 +11,8 @@ Every teacher has an `engine` and a `chat` format so that exploration episodes r
 agent loop, and `complete(conversations, sampling, reply_prefix=...)` for text replies. The reflection and
 abstraction callers pass the first characters of the JSON they expect (`REFLECT_PREFIX`,
 `ABSTRACT_PREFIX`): the in-process teacher starts its reply with them (assistant prefill), which turns a
-small model's prose into JSON far more often (SmolLM2-135M reflections: 0 of 3 parsed without, 4 of 8
-with, `benchmarks/RESULTS.md`); the returned text includes the prefix. A served teacher (chat
+small model's prose into JSON far more often (SmolLM2-135M reflections: 1 of 16 parsed without, 12 of
+16 with, `benchmarks/teacher_prefill_probe.py`); the returned text includes the prefix. A served teacher (chat
 completions) answers from scratch and ignores the prefix. Teacher output is data: it is
 only ever parsed with `json.loads` (`extract_json` finds the first JSON value in a reply, within size
 and depth caps) and stored raw next to its parse result. Prompts are files in `llm/prompts/`.
