@@ -86,19 +86,26 @@ def print_runs(root: Path) -> None:
 _ARTIFACT_PATH = re.compile(r"run=([^/'\"]+)/round=(\d+)/stage=(\w+)/(\w+)\.parquet")
 
 
+_MISSING_TABLE = re.compile(r"Table with name (\w+) does not exist")
+
+
+def _rebuild(path: Path | str) -> str:
+    found = _ARTIFACT_PATH.search(str(path))
+    if not found:
+        return ""
+    run, round_, stage, _ = found.groups()
+    return f"coevolve stage {stage} --run {run} --round {round_} --force"
+
+
 def unreadable_notes(root: Path) -> list[str]:
     """One line per corrupt artifact file the views leave out, with the command that rebuilds it."""
     from storage.catalog import unreadable_files
 
-    notes = []
-    for path in unreadable_files(root):
-        found = _ARTIFACT_PATH.search(str(path))
-        rebuild = ""
-        if found:
-            run, round_, stage, _ = found.groups()
-            rebuild = f"; rebuild it with `coevolve stage {stage} --run {run} --round {round_} --force`"
-        notes.append(f"warning: left out of the views: {path} is not readable Parquet{rebuild}")
-    return notes
+    return [
+        f"warning: left out of the views: {path} is not readable Parquet"
+        + (f"; rebuild it with `{_rebuild(path)}`" if _rebuild(path) else "")
+        for path in unreadable_files(root)
+    ]
 
 
 def explain_query_error(exc: Exception, root: Path) -> str:
@@ -111,8 +118,14 @@ def explain_query_error(exc: Exception, root: Path) -> str:
                 f"half-written. Rebuild it with `coevolve stage {stage} --run {run} --round {round_} --force`, "
                 f"then `coevolve run --run {run}` recomputes what depends on it.")
     if "does not exist" in text and ("Table" in text or "Catalog" in text):
-        from storage.catalog import present_artifacts
+        from storage.catalog import readable_artifacts, unreadable_files
 
-        views = ", ".join(present_artifacts(root)) or "none yet (run `coevolve run CONFIG` first)"
+        missing = _MISSING_TABLE.search(text)
+        broken = [p for p in unreadable_files(root) if missing and p.name == f"{missing.group(1)}.parquet"]
+        if broken:  # every file of that view is corrupt, so there is no view
+            commands = "; ".join(f"`{_rebuild(p)}`" for p in broken if _rebuild(p))
+            return (f"no readable {missing.group(1)} files under {root}: {len(broken)} corrupt or half-written "
+                    f"({broken[0]}). Rebuild with {commands}.")
+        views = ", ".join(readable_artifacts(root)) or "none yet (run `coevolve run CONFIG` first)"
         return f"{text.splitlines()[0]}. Views under {root}: {views}; columns are listed in docs/sql.md."
     return text

@@ -48,6 +48,11 @@ def _files(root: Path, artifact: str) -> list[Path]:
     return sorted(root.resolve().glob(f"run=*/round=*/stage=*/{artifact}.parquet"))
 
 
+def readable_artifacts(root: Path) -> list[str]:
+    """Artifacts with at least one readable file under `root`: the views `coevolve sql` defines."""
+    return [name for name in ARTIFACTS if any(_readable(path) for path in _files(root, name))]
+
+
 def unreadable_files(root: Path) -> list[Path]:
     """Artifact files under `root` whose Parquet footer does not parse (left out of the views)."""
     return [path for name in ARTIFACTS for path in _files(root, name) if not _readable(path)]
