@@ -127,11 +127,10 @@ def per_task_evals(root: Path, names: Sequence[str]) -> pl.DataFrame:
         SELECT run, CASE WHEN stage = 'baseline' THEN 0 ELSE round + 1 END AS updates, split, task_id,
                success::INT AS success
         FROM evals WHERE run IN ({runs})""")  # fmt: skip
-    arm_seed = (
-        pl.col("run").str.extract(r"^learning-(.+)-s(\d+)$", 1),
-        pl.col("run").str.extract(r"-s(\d+)$", 1).cast(pl.Int64),
+    return frame.with_columns(
+        arm=pl.col("run").str.extract(r"^learning-(.+)-s\d+$", 1),
+        seed=pl.col("run").str.extract(r"-s(\d+)$", 1).cast(pl.Int64),
     )
-    return frame.with_columns(arm=arm_seed[0], seed=arm_seed[1])
 
 
 def curves(evals: pl.DataFrame) -> pl.DataFrame:

@@ -201,19 +201,21 @@ def sql(
     see docs/sql.md)."""
     import duckdb
 
+    from storage.catalog import ArtifactFiles
     from storage.catalog import query as run_query
 
     if format_ not in {"table", "csv", "json"}:
         _fail("--format must be table, csv or json")
+    files = ArtifactFiles.scan(_root(root))
     try:
-        table = run_query(_root(root), query)
+        table = run_query(_root(root), query, files)
     except duckdb.Error as exc:
         from flows.render import explain_query_error
 
         _fail(explain_query_error(exc, _root(root)))
     from flows.render import print_table, unreadable_notes
 
-    for note in unreadable_notes(_root(root)):
+    for note in unreadable_notes(files.unreadable):
         typer.echo(note, err=True)
     print_table(table, format_)
 

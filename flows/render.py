@@ -97,14 +97,12 @@ def _rebuild(path: Path | str) -> str:
     return f"coevolve stage {stage} --run {run} --round {round_} --force"
 
 
-def unreadable_notes(root: Path) -> list[str]:
+def unreadable_notes(paths: list[Path]) -> list[str]:
     """One line per corrupt artifact file the views leave out, with the command that rebuilds it."""
-    from storage.catalog import unreadable_files
-
     return [
         f"warning: left out of the views: {path} is not readable Parquet"
         + (f"; rebuild it with `{_rebuild(path)}`" if _rebuild(path) else "")
-        for path in unreadable_files(root)
+        for path in paths
     ]
 
 
@@ -118,14 +116,14 @@ def explain_query_error(exc: Exception, root: Path) -> str:
                 f"half-written. Rebuild it with `coevolve stage {stage} --run {run} --round {round_} --force`, "
                 f"then `coevolve run --run {run}` recomputes what depends on it.")
     if "does not exist" in text and ("Table" in text or "Catalog" in text):
-        from storage.catalog import readable_artifacts, unreadable_files
+        from storage.catalog import ArtifactFiles
 
-        missing = _MISSING_TABLE.search(text)
-        broken = [p for p in unreadable_files(root) if missing and p.name == f"{missing.group(1)}.parquet"]
+        files, missing = ArtifactFiles.scan(root), _MISSING_TABLE.search(text)
+        broken = [p for p in files.unreadable if missing and p.name == f"{missing.group(1)}.parquet"]
         if broken:  # every file of that view is corrupt, so there is no view
             commands = "; ".join(f"`{_rebuild(p)}`" for p in broken if _rebuild(p))
             return (f"no readable {missing.group(1)} files under {root}: {len(broken)} corrupt or half-written "
                     f"({broken[0]}). Rebuild with {commands}.")
-        views = ", ".join(readable_artifacts(root)) or "none yet (run `coevolve run CONFIG` first)"
+        views = ", ".join(files.readable) or "none yet (run `coevolve run CONFIG` first)"
         return f"{text.splitlines()[0]}. Views under {root}: {views}; columns are listed in docs/sql.md."
     return text

@@ -11,11 +11,12 @@ open the catalog read-only; `query(root, sql)` works even where the catalog file
 
 A corrupt or half-written file (its Parquet footer does not parse) would make every query on its view
 fail. Such files are left out: that view lists the readable files explicitly instead of a glob, and
-`unreadable_files(root)` names the skipped ones (`coevolve sql` prints them with the rebuild command).
+`ArtifactFiles.unreadable` names the skipped ones (`coevolve sql` prints them with the rebuild command).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -44,40 +45,45 @@ def _readable(path: Path) -> bool:
     return True
 
 
-def _files(root: Path, artifact: str) -> list[Path]:
-    return sorted(root.resolve().glob(f"run=*/round=*/stage=*/{artifact}.parquet"))
+@dataclass(frozen=True)
+class ArtifactFiles:
+    """The artifact files under a root, split by whether their Parquet footer parses (read once)."""
 
+    readable: dict[str, list[Path]]
+    """Artifact name -> its readable files, for artifacts with at least one."""
+    unreadable: list[Path]
+    """Files left out of the views."""
 
-def readable_artifacts(root: Path) -> list[str]:
-    """Artifacts with at least one readable file under `root`: the views `coevolve sql` defines."""
-    return [name for name in ARTIFACTS if any(_readable(path) for path in _files(root, name))]
+    @classmethod
+    def scan(cls, root: Path) -> ArtifactFiles:
+        readable, unreadable = {}, []
+        for name in ARTIFACTS:
+            for path in sorted(root.resolve().glob(f"run=*/round=*/stage=*/{name}.parquet")):
+                (readable.setdefault(name, []) if _readable(path) else unreadable).append(path)
+        return cls(readable, unreadable)
 
-
-def unreadable_files(root: Path) -> list[Path]:
-    """Artifact files under `root` whose Parquet footer does not parse (left out of the views)."""
-    return [path for name in ARTIFACTS for path in _files(root, name) if not _readable(path)]
+    def complete(self, name: str) -> bool:
+        """No file of `name` was left out (its view can use the glob and see new files)."""
+        return all(path.name != f"{name}.parquet" for path in self.unreadable)
 
 
 def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _create_views(con: duckdb.DuckDBPyConnection, root: Path) -> list[str]:
-    names = []
-    for name in ARTIFACTS:
-        files = _files(root, name)
-        readable = [path for path in files if _readable(path)]
-        if not readable:
-            continue
-        source = _quote(artifact_glob(root, name)) if len(readable) == len(files) else (
+def _create_views(
+    con: duckdb.DuckDBPyConnection, root: Path, files: ArtifactFiles | None = None
+) -> list[str]:
+    files = files or ArtifactFiles.scan(root)
+    for name, readable in files.readable.items():
+        source = _quote(artifact_glob(root, name)) if files.complete(name) else (
             "[" + ", ".join(_quote(str(path)) for path in readable) + "]"
         )  # fmt: skip
         con.execute(
             f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet({source}, "
             "hive_partitioning = true, union_by_name = true)"
         )
-        names.append(name)
-    return names
+    return list(files.readable)
 
 
 def build_catalog(root: Path) -> Path | None:
@@ -95,16 +101,17 @@ def build_catalog(root: Path) -> Path | None:
     return path
 
 
-def connect(root: Path) -> duckdb.DuckDBPyConnection:
-    """An in-memory connection with every artifact view defined (never locks the catalog file)."""
+def connect(root: Path, files: ArtifactFiles | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory connection with every artifact view defined (never locks the catalog file);
+    `files`: a scan of `root` already made (else it is scanned)."""
     con = duckdb.connect()
-    _create_views(con, root)
+    _create_views(con, root, files)
     return con
 
 
-def query(root: Path, sql: str) -> pa.Table:
+def query(root: Path, sql: str, files: ArtifactFiles | None = None) -> pa.Table:
     """Run `sql` against the views of every artifact under `root`."""
-    con = connect(root)
+    con = connect(root, files)
     try:
         return con.sql(sql).to_arrow_table()
     finally:

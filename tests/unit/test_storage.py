@@ -94,7 +94,7 @@ def test_catalog_views_expose_hive_columns(tmp_path):
 
 def test_a_corrupt_file_is_left_out_of_its_view_and_named(tmp_path):
     from flows.render import unreadable_notes
-    from storage.catalog import unreadable_files
+    from storage.catalog import ArtifactFiles
 
     store = RunStore(RunLayout(tmp_path, "a"))
     for r in (0, 1, 2):
@@ -104,8 +104,9 @@ def test_a_corrupt_file_is_left_out_of_its_view_and_named(tmp_path):
     assert build_catalog(tmp_path) is not None
     rounds = query(tmp_path, "SELECT DISTINCT round FROM evals ORDER BY round").column("round").to_pylist()
     assert rounds == [0, 2]
-    assert unreadable_files(tmp_path) == [broken.resolve()]
-    (note,) = unreadable_notes(tmp_path)
+    files = ArtifactFiles.scan(tmp_path)
+    assert files.unreadable == [broken.resolve()] and not files.complete("evals")
+    (note,) = unreadable_notes(files.unreadable)
     assert "coevolve stage evaluate --run a --round 1 --force" in note
 
 
