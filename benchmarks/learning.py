@@ -35,10 +35,12 @@ import os
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
+
+from rl.warm_start import WarmStart
 
 ARMS: dict[str, tuple[str, ...]] = {
     "grpo": ("evolve.every=0",),
@@ -65,11 +67,13 @@ class Plan:
     seeds: int  # seeds of grpo and coevolve; the ablations run seed 0 only
     arms: tuple[str, ...]
     overrides: tuple[str, ...] = ()
+    warm_start: WarmStart | None = WarmStart()
+    """Every arm starts from the config's policy fine-tuned on reference solutions (`rl.warm_start`)."""
 
     @classmethod
     def make(cls, *, quick: bool, config: Path = DEFAULT_CONFIG, rounds: int | None = None,
              seeds: int | None = None, arms: Sequence[str] | None = None,
-             overrides: Sequence[str] = ()) -> Plan:  # fmt: skip
+             overrides: Sequence[str] = (), warm_start_tasks: int = WarmStart.tasks) -> Plan:  # fmt: skip
         """The full suite, or `quick`: grpo and coevolve, one seed, 2 rounds, 8 tasks per eval split."""
         unknown = sorted(set(arms or ()) - set(ARMS))
         if unknown:
@@ -80,6 +84,7 @@ class Plan:
             seeds=seeds if seeds is not None else (1 if quick else 3),
             arms=tuple(arms) if arms else (QUICK_ARMS if quick else tuple(ARMS)),
             overrides=(*QUICK_OVERRIDES, *overrides) if quick else tuple(overrides),
+            warm_start=WarmStart(tasks=warm_start_tasks) if warm_start_tasks else None,
         )
 
     def runs(self) -> list[tuple[str, int]]:
@@ -288,6 +293,14 @@ def stage_table(seconds: pl.DataFrame) -> pl.DataFrame:
     return wide.select("run", *[s for s in STAGE_ORDER if s in wide.columns])
 
 
+def _warm_start_line(plan: Plan) -> str:
+    if plan.warm_start is None:
+        return "No warm start: every arm starts from the config's model."
+    ws = plan.warm_start
+    return (f"Every arm starts from the same checkpoint, warm start: {ws.tasks} reference episodes of the training "
+            f"families (disjoint from every split), {ws.epochs} epochs, lr {ws.lr} (rl/warm_start.py).")
+
+
 def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
     names = [run_name(arm, seed) for arm, seed in plan.runs()]
     evals = per_task_evals(root, names)
@@ -298,7 +311,7 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
     final = plan.rounds
     parts = [f"# Learning benchmark ({time.strftime('%Y-%m-%d')})", "",
              f"config `{plan.config}`, {plan.rounds} rounds, seeds {plan.seeds} (grpo, coevolve), "
-             f"overrides {' '.join(plan.overrides) or '(none)'}", "",
+             f"overrides {' '.join(plan.overrides) or '(none)'}", "", _warm_start_line(plan), "",
              "## Held-out success per arm (mean over seeds)", "",
              markdown_table(summary(curve, final), percent=("baseline", "final", "best")), ""]  # fmt: skip
     parts += ["## coevolve - grpo after the last update (bootstrap 95 % interval over seeds and tasks)", ""]
@@ -342,13 +355,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, help="seeds of grpo and coevolve (ablations: seed 0)")
     parser.add_argument("--arms", nargs="+", choices=list(ARMS))
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
+    parser.add_argument("--warm-start-tasks", type=int, default=WarmStart.tasks,
+                        help="reference episodes of the supervised warm start every arm starts from (0: none)")
     parser.add_argument("--root", type=Path, help="storage root (default: COEVOLVE_HOME or runs/)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/learning"))
     args = parser.parse_args(argv)
     if args.root is not None:
         os.environ["COEVOLVE_HOME"] = str(args.root)
     plan = Plan.make(quick=args.quick, config=args.config, rounds=args.rounds, seeds=args.seeds,
-                     arms=args.arms, overrides=args.overrides)  # fmt: skip
+                     arms=args.arms, overrides=args.overrides,
+                     warm_start_tasks=args.warm_start_tasks)  # fmt: skip
     print(run_benchmark(plan, args.out))
 
 
@@ -363,6 +379,11 @@ def run_benchmark(plan: Plan, out: Path) -> str:
             f"{plan.config} sets evolve.every: 0; the evolving arms need F > 0 (--set evolve.every=1)"
         )
     root = storage_root(config)
+    if plan.warm_start is not None:
+        from stages.warm_start import warm_start_checkpoint
+
+        checkpoint = warm_start_checkpoint(config, plan.warm_start, root / "warm-start")
+        plan = replace(plan, overrides=(*plan.overrides, f"model.name={checkpoint}"))
     wall = run_arms(plan)
     return report(root, plan, out, wall)
 

@@ -14,13 +14,18 @@ def replay_reference(env: Environment, task: Task) -> Evaluation:
     """Reset `env` on `task`, play the reference solution turn by turn, and return `env.evaluate()`."""
     env.reset(task)
     solution = task.solution or []
-    answers = task.checker.get("answers") or []
     for turn in range(len(task.turns)):
         calls = solution[turn] if turn < len(solution) else []
         if calls:
             env.step(list(calls))
-        values = answers[turn] if turn < len(answers) else []
-        result = env.step("Done. " + " ".join(str(v) for v in values) if values else "Done.")
+        result = env.step(final_answer(task, turn))
         if result.done:
             break
     return env.evaluate()
+
+
+def final_answer(task: Task, turn: int) -> str:
+    """The reference's closing reply of user turn `turn`: "Done." plus the values the turn must state."""
+    answers = task.checker.get("answers") or []
+    values = answers[turn] if turn < len(answers) else []
+    return "Done. " + " ".join(str(v) for v in values) if values else "Done."

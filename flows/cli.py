@@ -318,6 +318,8 @@ def bench_learning(
     arms: Annotated[list[str] | None, typer.Option("--arm", help="Run only these arms (repeatable).")] = None,
     out: Annotated[Path, typer.Option(help="Where curves.parquet, report.md and curves.png go.")] = Path(
         "benchmarks/learning"),
+    warm_start_tasks: Annotated[int, typer.Option(
+        help="Reference episodes of the supervised warm start every arm starts from (0: none).")] = 48,
     overrides: Overrides = None,
     root: RootOption = None,
 ) -> None:
@@ -328,7 +330,7 @@ def bench_learning(
 
     try:
         plan = Plan.make(quick=quick, config=config, rounds=rounds, seeds=seeds, arms=arms,
-                         overrides=overrides or [])
+                         overrides=overrides or [], warm_start_tasks=warm_start_tasks)
         from flows.config import load_config
 
         load_config(plan.config, list(plan.overrides))  # a config mistake fails before any run starts

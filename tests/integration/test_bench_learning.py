@@ -30,13 +30,17 @@ def test_quick_plan_runs_and_reports(tmp_path, monkeypatch, prefect_api):
     monkeypatch.setenv("COEVOLVE_HOME", str(tmp_path / "runs"))
     assert Plan.make(quick=True).arms == ("grpo", "coevolve") and Plan.make(quick=False).seeds == 3
     plan = Plan.make(quick=True, config=CONFIGS / "test-tiny.yaml", rounds=1, arms=["grpo", "coevolve", "no-verify"],
-                     overrides=["evolve.every=1", "eval.splits=[test, heldout-templates]"])  # fmt: skip
+                     overrides=["evolve.every=1", "eval.splits=[test, heldout-templates]"],
+                     warm_start_tasks=4)  # fmt: skip
     assert plan.runs() == [("grpo", 0), ("coevolve", 0), ("no-verify", 0)]
     text = run_benchmark(plan, tmp_path / "out")
     curves = pl.read_parquet(tmp_path / "out" / "curves.parquet")
     assert set(curves["arm"]) == {"grpo", "coevolve", "no-verify"}
     assert set(curves["updates"]) == {0, 1} and set(curves["split"]) == {"test", "heldout-templates"}
     assert "coevolve - grpo" in text and "| learning-coevolve-s0 |" in text
+    # every arm starts from the one warm-started checkpoint
+    (checkpoint,) = (tmp_path / "runs" / "warm-start").iterdir()
+    assert "warm start: 4 reference episodes" in text and str(checkpoint) in text
     assert (tmp_path / "out" / "report.md").read_text() == text
     assert (tmp_path / "out" / "curves.png").stat().st_size > 1000
     # every arm ran the same rollout budget
