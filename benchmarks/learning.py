@@ -17,6 +17,12 @@ of `test` and `heldout-templates`) and the same rollout budget (tasks x K x roun
     no-verify       synthesized tasks admitted without environment verification
     unguided        exploration from random worlds, no signals (the paper's "random exploration")
 
+Every arm starts from one warm-started checkpoint (`--warm-start-tasks`, default 48; 0 = the config's
+model as is): SmolLM2-135M solves almost no tool-world task zero-shot, so no GRPO group would hold both
+outcomes and no boundary or forgetting signal could fire. `rl/warm_start.py` fine-tunes it for 2 epochs
+on reference solutions of fresh tasks of the training families (never a task of any split); the
+checkpoint is built once under `<root>/warm-start/` (about 6 minutes) and reused.
+
 Runs are named `learning-<arm>-s<seed>` under the storage root, so everything is in the DuckDB catalog
 (`coevolve sql "SELECT run, round, split, avg(success::INT) FROM evals GROUP BY ALL"`). Re-running the
 command recomputes nothing that is complete: an interrupted benchmark continues where it stopped.

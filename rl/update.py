@@ -16,7 +16,9 @@ Steps of `grpo_update`:
    micro-batches mix groups, sorted by length so that padding is small.
 4. Old log-probs are recomputed by the policy itself under ``no_grad`` before the first gradient step,
    with exactly the micro-batches used for training: same kernels, same padding, so the ratio is 1 on
-   the first step and there is no engine/trainer numeric drift. Reference log-probs come from
+   the first step and there is no engine/trainer numeric drift. With one epoch and one mini-batch (a
+   single optimizer step, the default) the weights cannot change before the step, so the old log-probs
+   *are* the update's own forward, detached: that pass is skipped (a quarter of the update's compute). Reference log-probs come from
    ``ref_model`` (or, for a peft model without ``ref_model``, the model with its adapter disabled).
 5. ``epochs`` passes over the mini-batches; each mini-batch is one optimizer step, gradients
    accumulated over its micro-batches with the loss divided by the mini-batch's policy-token count,
@@ -244,7 +246,7 @@ def _mini_batch_step(
     batch: SampleBatch,
     mini: list[list[int]],
     adv: Tensor,
-    old: list[Tensor],
+    old: list[Tensor] | None,
     ref: list[Tensor] | None,
     hp: UpdateHyperparams,
     acc: _MetricsSum,
@@ -265,7 +267,7 @@ def _mini_batch_step(
             model, batch, micro, temperature=hp.temperature, shared_prefix=shared_prefix
         )
         loss, metrics = grpo_loss(
-            lp, old[u], None if ref is None else ref[u], adv[micro].to(device), padded.loss_mask,
+            lp, lp.detach() if old is None else old[u], None if ref is None else ref[u], adv[micro].to(device), padded.loss_mask,
             clip_low=hp.clip_low, clip_high=hp.clip_high, beta=hp.beta, num_tokens=num_tokens,
         )  # fmt: skip
         loss.backward()
@@ -303,15 +305,17 @@ def grpo_update(
     acc = _MetricsSum()
 
     if plan:
-        old = _fixed_logprobs(model, batch, plan, hp.temperature, shared)
+        single_step = hp.epochs == 1 and len(plan) == 1  # old log-probs = this forward, detached
+        old = None if single_step else _fixed_logprobs(model, batch, plan, hp.temperature, shared)
         ref = _reference_logprobs(model, ref_model, batch, plan, hp)
         was_training = model.training
         model.train()
         for _ in range(hp.epochs):
             for m, mini in enumerate(plan):
                 mini_ref = None if ref is None else ref[m]
+                mini_old = None if old is None else old[m]
                 _mini_batch_step(
-                    model, optimizer, batch, mini, adv, old[m], mini_ref, hp, acc, progress, shared
+                    model, optimizer, batch, mini, adv, mini_old, mini_ref, hp, acc, progress, shared
                 )
         optimizer.zero_grad(set_to_none=True)
         model.train(was_training)

@@ -33,11 +33,14 @@ def evaluate_policy(ctx: RunContext, round_: int, policy_round: int) -> StageRes
                               greedy=cfg.greedy, seed=round_seed(ctx.config.run.seed, round_, "eval"))
     limits = EpisodeLimits(rollout.max_replies, rollout.max_context_tokens)
     evals, trajectories, steps, outputs = [], [], [], {}
+    tasks = {split: eval_tasks(ctx, split) for split in cfg.splits}
+    jobs = [(task, 0) for split in cfg.splits for task in tasks[split]]  # one batch: the engine fills it better
+    with ctx.progress(f"round {round_} eval {', '.join(cfg.splits)}", len(jobs)) as advance:
+        all_episodes = run_episodes(policy.engine, policy.chat, ctx.make_env, jobs, sampling, limits,
+                                    progress=advance)  # fmt: skip
+    start = 0
     for split in cfg.splits:
-        tasks = eval_tasks(ctx, split)
-        with ctx.progress(f"round {round_} eval {split}", len(tasks)) as advance:
-            episodes = run_episodes(policy.engine, policy.chat, ctx.make_env, [(t, 0) for t in tasks], sampling,
-                                    limits, progress=advance)
+        episodes, start = all_episodes[start:start + len(tasks[split])], start + len(tasks[split])
         rows = trajectory_rows(episodes, run=ctx.run, round_=round_, source=f"eval:{split}",
                                policy=policy.version)
         trajectories += rows

@@ -263,3 +263,28 @@ def test_peft_checkpoint_saves_the_adapter_and_reloads_it(tmp_path):
     ids = torch.arange(10)[None]
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids).logits, model(ids).logits, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.05])
+def test_single_step_update_reuses_its_forward_as_old_logprobs(beta, monkeypatch):
+    """One epoch, one mini-batch: skipping the old-log-prob pass gives exactly the gradient of the
+    update that computes it (the weights cannot move before the only step)."""
+    import rl.update as update
+
+    batch = make_batch(SIGNAL)
+    hp = UpdateHyperparams(lr=0.0, micro_batch_size=4, beta=beta)
+    ref = tiny_llama(seed=1)
+    fast = tiny_llama()
+    recorded_fast = GradRecorder(fast)
+    calls = []
+    real = update._fixed_logprobs
+    monkeypatch.setattr(update, "_fixed_logprobs", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    grpo_update(fast, ref, recorded_fast, batch, hp)
+    assert calls == ([ref] if beta else [])  # only the reference pass ran
+
+    slow = tiny_llama()  # the same weights, through the two-epoch path with lr 0 (= one step, repeated)
+    recorded_slow = GradRecorder(slow)
+    grpo_update(slow, ref, recorded_slow, batch, UpdateHyperparams(lr=0.0, micro_batch_size=4, beta=beta, epochs=2))
+    assert slow in calls
+    for name, grad in recorded_fast.grads[0].items():
+        torch.testing.assert_close(grad, recorded_slow.grads[0][name], rtol=1e-5, atol=1e-6)
