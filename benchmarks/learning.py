@@ -3,7 +3,7 @@
     coevolve bench learning [--quick]        # = python -m benchmarks.learning
 
 `--quick` (about 15 minutes on 2 cores): grpo and coevolve only, one seed, 2 rounds, 8 tasks per eval
-split. The full suite: every arm, 3 seeds of grpo and coevolve, 8 rounds.
+split. The full suite: every arm, 3 seeds of grpo and coevolve, the config's `run.rounds` (3).
 
 Every arm is an ordinary run of the `coevolve` flow on the same config (`configs/learning-smollm2.yaml`
 by default) with one set of overrides, the same seeds, the same evaluation (greedy, fixed task samples
@@ -86,7 +86,7 @@ class Plan:
             raise ValueError(f"unknown arms {unknown}; known: {', '.join(ARMS)}")
         return cls(
             config=config,
-            rounds=rounds if rounds is not None else (2 if quick else 8),
+            rounds=rounds if rounds is not None else (2 if quick else _config_rounds(config)),
             seeds=seeds if seeds is not None else (1 if quick else 3),
             arms=tuple(arms) if arms else (QUICK_ARMS if quick else tuple(ARMS)),
             overrides=(*QUICK_OVERRIDES, *overrides) if quick else tuple(overrides),
@@ -101,6 +101,12 @@ class Plan:
             for arm in self.arms
             if seed == 0 or arm in ("grpo", "coevolve")
         ]
+
+
+def _config_rounds(config: Path) -> int:
+    from flows.config import load_config
+
+    return load_config(config).run.rounds
 
 
 def run_name(arm: str, seed: int) -> str:
@@ -355,7 +361,7 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="one seed, 3 rounds")
+    parser.add_argument("--quick", action="store_true", help="grpo and coevolve, one seed, 2 rounds, 8 eval tasks per split")
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--seeds", type=int, help="seeds of grpo and coevolve (ablations: seed 0)")

@@ -40,7 +40,8 @@ _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 
 
 REFLECT_PREFIX = '{"tools": ["'
-ABSTRACT_PREFIX = '[{"intent": "'
+ABSTRACT_PREFIX = '[{"solution": ['
+"""Solution first: a small teacher picks call indices it can see before it writes a query around them."""
 
 
 class JsonReplyError(ValueError):
