@@ -62,6 +62,8 @@ class Completion:
     logprobs: list[float]
     text: str
     finish_reason: FinishReason
+    version: str = ""
+    """The policy version that sampled it (the engine's `version` at the time); "" if unknown."""
 
 
 @runtime_checkable

@@ -224,6 +224,7 @@ class HfEngine:
             logprobs=logprobs,
             text=self.tokenizer.decode(body, skip_special_tokens=False),
             finish_reason="stop" if stopped else "length",
+            version=self.version,
         )
 
     def update_weights(self, source: Any) -> None:

@@ -12,15 +12,32 @@ exponential backoff; other 4xx fail at once with the server's message):
   local one) the prompt is decoded to text by the local `tokenizer` and the reply re-encoded with it;
   log-probs are then zeros, good for exploration episodes, never for training.
 
+Several servers (`base_url` a list) are used round-robin; a server that fails a request (connection
+error, timeout, retryable status) is set aside and the request goes to the next one; set-aside servers are
+probed again (`GET /models`) at the start of every `generate` call. Prompts of one call are sent
+concurrently (`max_concurrency` in flight), so the servers batch them.
+
+A served *policy* gets new weights by LoRA hot-loading (`update_weights(adapter_dir)`): the adapter is
+loaded on every server under a fresh name (`POST /load_lora_adapter`, vLLM with
+`VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`), requests then name that adapter as their model, and the previous
+adapter is unloaded. The adapter directory must be readable by the servers (same machine or a shared
+file system). Every `Completion` carries the engine's `version` at the time of the request.
+
     engine = OpenAIEngine("http://127.0.0.1:8000/v1", "Qwen/Qwen3-4B", tokenizer=tok, token_ids=True)
     engine.chat([[{"role": "user", "content": "Say hi"}]], SamplingParams(max_new_tokens=16))
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import json
 import os
+import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
 from typing import Any
 
 from llm.engine import Completion, SamplingParams
@@ -38,7 +55,7 @@ class OpenAIEngine:
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         model: str,
         *,
         api_key_env: str | None = "OPENAI_API_KEY",
@@ -48,6 +65,7 @@ class OpenAIEngine:
         max_retries: int = 3,
         backoff_s: float = 0.5,
         version: str | None = None,
+        max_concurrency: int = 32,
     ) -> None:
         import httpx
 
@@ -55,14 +73,27 @@ class OpenAIEngine:
             raise ValueError("OpenAIEngine needs a model name (the one the server serves)")
         if not token_ids and tokenizer is None:
             raise ValueError("token_ids=False needs a local tokenizer to decode prompts and encode replies")
-        self.model, self.tokenizer, self.token_ids = model, tokenizer, token_ids
-        self.max_retries, self.backoff_s = max_retries, backoff_s
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        if not urls:
+            raise ValueError("OpenAIEngine needs at least one server URL")
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        self.base_model = self.model = model
+        """`base_model`: what the servers serve; `model`: what requests name (the base or the live adapter)."""
+        self.tokenizer, self.token_ids = tokenizer, token_ids
+        self.max_retries, self.backoff_s, self.max_concurrency = max_retries, backoff_s, max_concurrency
         self.version = version or f"openai:{model}"
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(api_key_env) if api_key_env else None
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        self._client = httpx.Client(base_url=base_url.rstrip("/") + "/", headers=headers, timeout=timeout_s)
+        self.urls = [url.rstrip("/") for url in urls]
+        self._clients = [httpx.Client(base_url=url + "/", headers=headers, timeout=timeout_s) for url in self.urls]
+        self.healthy = [True] * len(urls)
+        """Per server: False once it failed a request, until a health probe succeeds."""
+        self._turn = itertools.count()
+        self._adapters = itertools.count()
+        self._lock = threading.Lock()
 
     # -- text ------------------------------------------------------------------------------------
 
@@ -88,16 +119,23 @@ class OpenAIEngine:
         progress: Callable[[int], None] | None = None,
         sessions: list[Hashable] | None = None,
     ) -> list[Completion]:
-        """One completion per prompt, in order, through `/completions`. `sessions` is accepted and
-        ignored: servers such as vLLM reuse shared prefixes by themselves (automatic prefix caching)."""
-        completions = []
-        for prompt in prompts:
-            if not prompt:
-                raise ValueError("empty prompt")
-            completions.append(self._complete(prompt, sampling))
-            if progress:
-                progress(1)
-        return completions
+        """One completion per prompt, in order, through `/completions` (up to `max_concurrency` requests
+        in flight). `sessions` is accepted and ignored: servers such as vLLM reuse shared prefixes by
+        themselves (automatic prefix caching)."""
+        if any(not prompt for prompt in prompts):
+            raise ValueError("empty prompt")
+        self.check_health()
+        version = self.version
+        completions: list[Completion | None] = [None] * len(prompts)
+        with ThreadPoolExecutor(max_workers=max(1, min(self.max_concurrency, len(prompts)))) as pool:
+            futures = {pool.submit(self._complete, prompt, sampling): i for i, prompt in enumerate(prompts)}
+            for future in as_completed(futures):
+                completions[futures[future]] = future.result()
+                if progress:
+                    progress(1)
+        if self.version != version:
+            raise OpenAIEngineError(f"the policy changed from {version} to {self.version} during generation")
+        return [c for c in completions if c is not None]
 
     def _complete(self, prompt: list[int], sampling: SamplingParams) -> Completion:
         body: dict[str, Any] = {"model": self.model, **_sampling_body(sampling)}
@@ -115,7 +153,7 @@ class OpenAIEngine:
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
             raise OpenAIEngineError(f"completions: unexpected response shape ({exc!r})") from exc
         ids, logprobs = self._ids_of(choice, text)
-        return Completion(token_ids=ids, logprobs=logprobs, text=text, finish_reason=finish)
+        return Completion(token_ids=ids, logprobs=logprobs, text=text, finish_reason=finish, version=self.version)
 
     def _ids_of(self, choice: dict, text: str) -> tuple[list[int], list[float]]:
         """Sampled ids and log-probs from `token_id:N` tokens, else the local re-encoding of `text`."""
@@ -140,42 +178,111 @@ class OpenAIEngine:
         """Nothing is cached on this side."""
 
     def update_weights(self, source: Any) -> None:
-        """Weights live in the server process; push them there (LoRA hot-load or a weight-sync endpoint)."""
-        raise NotImplementedError(
-            "OpenAIEngine cannot load weights itself: reload them on the server (LoRA hot-load, TRL vllm-serve)"
-        )
+        """Serve the LoRA adapter in directory `source` on every server, then drop the previous one.
+
+        Full-weight checkpoints cannot be pushed through the OpenAI API: train with `train.lora_rank` > 0.
+        `version` is left to the caller (set it after this returns).
+        """
+        path = Path(source) if isinstance(source, str | os.PathLike) else None
+        if path is None or not (path / "adapter_config.json").is_file():
+            raise OpenAIEngineError(
+                f"update_weights: {source!r} is not a LoRA adapter directory (no adapter_config.json). A served "
+                "policy takes new weights by LoRA hot-loading: set train.lora_rank > 0"
+            )
+        name = f"policy-{next(self._adapters)}-{os.getpid()}"
+        for server in range(len(self._clients)):
+            self._post_to(server, "load_lora_adapter", {"lora_name": name, "lora_path": str(path.resolve())})
+        previous, self.model = self.model, name
+        if previous != self.base_model:
+            self._unload(previous)
+
+    def use_base(self) -> None:
+        """Serve the base model again (the policy went back to its initial weights)."""
+        previous, self.model = self.model, self.base_model
+        if previous != self.base_model:
+            self._unload(previous)
+
+    def _unload(self, name: str) -> None:
+        for server in range(len(self._clients)):
+            self._post_to(server, "unload_lora_adapter", {"lora_name": name})
+
+    def check_health(self) -> list[bool]:
+        """Probe the set-aside servers (`GET /models`); raise if none is usable."""
+        import httpx
+
+        for server, ok in enumerate(self.healthy):
+            if not ok:
+                with contextlib.suppress(httpx.TransportError):
+                    self.healthy[server] = self._clients[server].get("models").status_code == 200
+        if not any(self.healthy):
+            raise OpenAIEngineError(f"no inference server answers: {', '.join(self.urls)}")
+        return list(self.healthy)
 
     def close(self) -> None:
-        self._client.close()
+        for client in self._clients:
+            client.close()
 
     # -- HTTP ------------------------------------------------------------------------------------
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        """POST with retries; returns the decoded JSON object."""
-        import httpx
-
+        """POST to the next healthy server, moving on to the others when one fails; the decoded JSON."""
         last = ""
         for attempt in range(self.max_retries + 1):
             if attempt:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
-            try:
-                response = self._client.post(path, json=body)
-            except httpx.TransportError as exc:  # connect errors and timeouts
-                last = f"{type(exc).__name__}: {exc}"
-                continue
-            if response.status_code in RETRY_STATUS:
-                last = f"HTTP {response.status_code}: {response.text[:200]}"
-                continue
-            if response.status_code >= 400:
-                raise OpenAIEngineError(f"{path}: HTTP {response.status_code}: {response.text[:500]}")
-            try:
-                data = response.json()
-            except ValueError as exc:
-                raise OpenAIEngineError(f"{path}: the server's reply is not JSON") from exc
-            if not isinstance(data, dict):
-                raise OpenAIEngineError(f"{path}: expected a JSON object, got {type(data).__name__}")
-            return data
+            server = self._pick()
+            if server is None:
+                break
+            status, data, error = self._send(server, path, body)
+            if error is None:
+                return self._json(path, status, data)
+            last = f"{self.urls[server]}: {error}"
+            if len(self._clients) > 1:
+                self.healthy[server] = False
         raise OpenAIEngineError(f"{path}: failed after {self.max_retries + 1} attempts; last error: {last}")
+
+    def _post_to(self, server: int, path: str, body: dict[str, Any]) -> str:
+        """POST to one given server (adapter management must reach every server); the reply's text."""
+        last = ""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                time.sleep(self.backoff_s * 2 ** (attempt - 1))
+            status, text, error = self._send(server, path, body)
+            if error is None:
+                if status >= 400:
+                    raise OpenAIEngineError(f"{self.urls[server]}/{path}: HTTP {status}: {text[:500]}")
+                return text
+            last = error
+        raise OpenAIEngineError(f"{self.urls[server]}/{path}: failed after {self.max_retries + 1} attempts: {last}")
+
+    def _pick(self) -> int | None:
+        with self._lock:
+            usable = [i for i, ok in enumerate(self.healthy) if ok]
+            return usable[next(self._turn) % len(usable)] if usable else None
+
+    def _send(self, server: int, path: str, body: dict[str, Any]) -> tuple[int, str, str | None]:
+        """(status, text, None), or (0, "", error) for a failure worth retrying."""
+        import httpx
+
+        try:
+            response = self._clients[server].post(path, json=body)
+        except httpx.TransportError as exc:  # connect errors and timeouts
+            return 0, "", f"{type(exc).__name__}: {exc}"
+        if response.status_code in RETRY_STATUS:
+            return 0, "", f"HTTP {response.status_code}: {response.text[:200]}"
+        return response.status_code, response.text, None
+
+    @staticmethod
+    def _json(path: str, status: int, text: str) -> dict[str, Any]:
+        if status >= 400:
+            raise OpenAIEngineError(f"{path}: HTTP {status}: {text[:500]}")
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise OpenAIEngineError(f"{path}: the server's reply is not JSON") from exc
+        if not isinstance(data, dict):
+            raise OpenAIEngineError(f"{path}: expected a JSON object, got {type(data).__name__}")
+        return data
 
 
 def _sampling_body(sampling: SamplingParams) -> dict[str, Any]:

@@ -51,6 +51,8 @@ class Episode:
     finish: str = ""
     error: str | None = None
     evaluation: Evaluation | None = None
+    versions: set[str] = field(default_factory=set)
+    """Policy versions that sampled the replies (one, unless weights changed mid-episode)."""
 
     @property
     def completion_tokens(self) -> int:
@@ -111,6 +113,8 @@ def _start(task: Task, sample: int, make_env: Callable[[], Environment], chat: C
 def _advance(ep: Episode, completion: Completion, chat: ChatFormat, sampling: SamplingParams,
              limits: EpisodeLimits) -> None:
     ep.append(completion.token_ids, policy=True, logprobs=completion.logprobs)
+    if completion.version:
+        ep.versions.add(completion.version)
     ep.replies += 1
     ep.messages.append({"role": "assistant", "content": completion.text})
     try:

@@ -25,6 +25,12 @@ class ModelConfig(Section):
     """Torch device of the in-process engine and trainer."""
     generation_batch_size: int = Field(16, ge=1)
     """Most sequences generated together in one forward batch."""
+    servers: list[str] = Field(default_factory=list)
+    """OpenAI-compatible inference servers (base URLs with `/v1`; `coevolve engine serve`) that generate for
+    the policy, round-robin; empty = the in-process transformers engine. Needs `train.lora_rank` > 0: each
+    update's adapter is hot-loaded on every server (the servers must be able to read the run's directory)."""
+    served_name: str | None = None
+    """The name the servers serve the base model under (default: `name`)."""
 
     @field_validator("dtype")
     @classmethod
@@ -259,6 +265,14 @@ class CoevolveConfig(Section):
     """The LLM that reflects, explores and abstracts tasks (`type: policy` or `type: openai`)."""
     storage: StorageSection = StorageSection()
     """Where runs are written."""
+
+    @model_validator(mode="after")
+    def _servers_need_lora(self) -> CoevolveConfig:
+        if self.model.servers and not self.train.lora_rank:
+            raise ValueError(
+                "model.servers: a served policy takes new weights as LoRA adapters; set train.lora_rank > 0"
+            )
+        return self
 
     def section(self, *names: str) -> dict[str, Any]:
         """JSON-able dump of some sections, for cache keys."""

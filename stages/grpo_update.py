@@ -59,7 +59,7 @@ def update_policy(ctx: RunContext, round_: int, key: str) -> StageResult:
     version = f"r{round_}-{key[:12]}"
     checkpoint = ctx.store.layout.checkpoint_dir(round_)
     save_checkpoint(policy.model, policy.tokenizer, policy.optimizer, checkpoint)
-    policy.version = policy.engine.version = version
+    policy.publish(version, checkpoint)
     _prune_checkpoints(ctx, round_)
     metrics = result.as_dict()
     row = {

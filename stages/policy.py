@@ -4,6 +4,10 @@ On CPU the engine generates with the very model object that grpo_update trains, 
 between rounds. A policy version is a name: `base-<hash>` for the initial weights, then the id the
 update of round r wrote into its manifest. When a stage needs a version the memory does not hold (a
 resumed run, a re-run stage), `ensure` loads that version's checkpoint.
+
+With `model.servers` the engine is an `OpenAIEngine` over those inference servers: the model here only
+trains, and `publish` hot-loads each new LoRA adapter on the servers, so rollouts always sample from the
+version being trained (the rollout stage refuses samples of any other version).
 """
 
 from __future__ import annotations
@@ -43,10 +47,31 @@ class Policy:
         if self.train_config.lora_rank:
             self.model = with_lora_adapter(self.model, self.train_config)
         self.version = base_version(cfg)
-        self.engine = HfEngine(
-            self.model, self.tokenizer, batch_size=cfg.generation_batch_size, version=self.version
-        )
+        if cfg.servers:
+            self.engine = self._served_engine()
+        else:
+            self.engine = HfEngine(
+                self.model, self.tokenizer, batch_size=cfg.generation_batch_size, version=self.version
+            )
         self.optimizer = None
+
+    def _served_engine(self) -> Any:
+        """The policy's inference servers, serving the base weights (their adapter, if any, dropped)."""
+        from llm.openai_engine import OpenAIEngine
+
+        cfg = self.model_config
+        if isinstance(self.engine, OpenAIEngine):
+            self.engine.use_base()
+            self.engine.version = self.version
+            return self.engine
+        return OpenAIEngine(cfg.servers, cfg.served_name or cfg.name, tokenizer=self.tokenizer, token_ids=True,
+                            version=self.version)  # fmt: skip
+
+    def publish(self, version: str, checkpoint: Path) -> None:
+        """The in-memory weights are now `version` (saved in `checkpoint`): make the engine serve them."""
+        if self.model_config.servers:
+            self.engine.update_weights(checkpoint)
+        self.version = self.engine.version = version
 
     @property
     def chat(self) -> Any:
@@ -96,8 +121,7 @@ class Policy:
         from rl.checkpoint import load_optimizer_state
 
         load_optimizer_state(self.optimizer, checkpoint)
-        self.version = version
-        self.engine.version = version
+        self.publish(version, checkpoint)
 
     def make_optimizer(self) -> Any:
         if self.optimizer is None:

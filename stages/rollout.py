@@ -12,7 +12,7 @@ import time
 
 from envs.base import content_hash
 from llm.engine import SamplingParams
-from stages.agent_loop import EpisodeLimits, run_episodes
+from stages.agent_loop import Episode, EpisodeLimits, run_episodes
 from stages.context import RunContext
 from stages.datasets import dataset_manifest, load_dataset, load_tasks, sample_task_ids
 from stages.ledger import sample_rows, step_rows, trajectory_rows
@@ -21,6 +21,16 @@ from stages.runner import StageDef, StageResult
 
 def round_seed(seed: int, round_: int, purpose: str) -> int:
     return int(content_hash([seed, round_, purpose], length=8), 16)
+
+
+def check_single_version(episodes: list[Episode], expected: str, round_: int) -> None:
+    """GRPO is on-policy: every sample of a round must come from the policy version being trained."""
+    versions = set().union(*(ep.versions for ep in episodes)) if episodes else set()
+    if versions - {expected}:
+        raise RuntimeError(
+            f"rollout of round {round_}: samples came from policy versions {sorted(versions)}, expected only "
+            f"{expected!r} (the inference engine changed weights during the rollout); re-run the stage"
+        )
 
 
 def _inputs(ctx: RunContext, round_: int) -> dict[str, str]:
@@ -43,6 +53,7 @@ def roll_out(ctx: RunContext, round_: int, key: str) -> StageResult:
         episodes = run_episodes(policy.engine, policy.chat, ctx.make_env, jobs, sampling, limits,
                                 seed=seed, progress=advance)
     seconds = time.perf_counter() - started
+    check_single_version(episodes, policy.version, round_)
     trajectories = trajectory_rows(episodes, run=ctx.run, round_=round_, source="rollout", policy=policy.version)
     generated = sum(ep.completion_tokens for ep in episodes)
     outputs = {

@@ -8,6 +8,11 @@ each token-id prompt with `completion_ids` (as `token_id:N` tokens when `return_
 asked, like vLLM) and a text prompt with `completion_text`. `fail_first` makes the first N requests
 answer 503; `delay_s` sleeps before answering (timeouts). Every request body and its headers are kept
 in `requests`. This is a fake: it samples nothing.
+
+Like vLLM with runtime LoRA updating, it also answers `GET /v1/models`, `POST /v1/load_lora_adapter`
+({lora_name, lora_path}) and `POST /v1/unload_lora_adapter` ({lora_name}) with plain-text replies, keeps
+the loaded adapters in `adapters` (name -> path), and refuses a completion whose `model` is neither
+`served_model` nor a loaded adapter (404). Each completion echoes the model it was asked for.
 """
 
 from __future__ import annotations
@@ -31,9 +36,13 @@ class FakeOpenAIServer:
         completion_text: str = "fake reply",
         fail_first: int = 0,
         delay_s: float = 0.0,
+        served_model: str | None = None,
     ) -> None:
         self.chat_replies, self.completion_ids = list(chat_replies), list(completion_ids)
         self.completion_text, self.fail_first, self.delay_s = completion_text, fail_first, delay_s
+        self.served_model = served_model
+        """When set, completions must name it or a loaded adapter."""
+        self.adapters: dict[str, str] = {}
         self.requests: list[dict[str, Any]] = []
         self._chats = 0
         self._lock = threading.Lock()
@@ -56,7 +65,7 @@ class FakeOpenAIServer:
         self._server.server_close()
         self._thread.join(timeout=5)
 
-    def _answer(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    def _answer(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, Any]:
         with self._lock:
             self.requests.append({"path": path, "body": body, "headers": headers})
             index = len(self.requests) - 1
@@ -72,7 +81,21 @@ class FakeOpenAIServer:
                 ]
             }
         if path == "/v1/completions":
-            return 200, {"choices": [self._completion_choice(body)]}
+            model = body.get("model")
+            if self.served_model is not None and model != self.served_model and model not in self.adapters:
+                return 404, {"error": {"message": f"The model `{model}` does not exist."}}
+            return 200, {"model": model, "choices": [self._completion_choice(body)]}
+        if path == "/v1/load_lora_adapter":
+            with self._lock:
+                if body.get("lora_name") in self.adapters:
+                    return 400, {"error": {"message": f"adapter {body.get('lora_name')} is already loaded"}}
+                self.adapters[body["lora_name"]] = body["lora_path"]
+            return 200, f"Success: LoRA adapter '{body['lora_name']}' added successfully."
+        if path == "/v1/unload_lora_adapter":
+            with self._lock:
+                if self.adapters.pop(body.get("lora_name"), None) is None:
+                    return 404, {"error": {"message": f"adapter {body.get('lora_name')} not found"}}
+            return 200, f"Success: LoRA adapter '{body['lora_name']}' removed successfully."
         return 404, {"error": {"message": f"no route {path}"}}
 
     def _completion_choice(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -97,9 +120,22 @@ class FakeOpenAIServer:
                 if fake.delay_s:
                     time.sleep(fake.delay_s)
                 status, payload = fake._answer(self.path, body, dict(self.headers))
-                data = json.dumps(payload).encode()
+                self._reply(status, payload)
+
+            def do_GET(self) -> None:  # noqa: N802
+                with fake._lock:
+                    fake.requests.append({"path": self.path, "body": None, "headers": dict(self.headers)})
+                if self.path == "/v1/models":
+                    names = [fake.served_model or "fake-model", *fake.adapters]
+                    self._reply(200, {"object": "list", "data": [{"id": n, "object": "model"} for n in names]})
+                else:
+                    self._reply(404, {"error": {"message": f"no route {self.path}"}})
+
+            def _reply(self, status: int, payload: Any) -> None:
+                text = isinstance(payload, str)
+                data = payload.encode() if text else json.dumps(payload).encode()
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", "text/plain" if text else "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
