@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint venv clean
+.PHONY: demo test test-fast lint venv clean gpu-env
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,6 +26,11 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+
+# vLLM for `coevolve engine serve` (GPU machines): its own venv, its fastapi pin clashes with Prefect's.
+gpu-env:
+	test -x .venv-gpu/bin/python || $(PY) -m venv .venv-gpu
+	.venv-gpu/bin/pip install -q 'vllm>=0.30,<0.32'
 
 clean:
 	rm -rf $(VENV) runs

@@ -30,6 +30,8 @@ app.add_typer(env_app, name="env")
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks that run the whole pipeline (code in benchmarks/).")
 app.add_typer(models_app, name="models")
 app.add_typer(bench_app, name="bench")
+engine_app = typer.Typer(no_args_is_help=True, help="Inference servers for the policy (vLLM, in its own venv).")
+app.add_typer(engine_app, name="engine")
 
 Overrides = Annotated[list[str] | None, typer.Option("--set", help="Config override KEY=VALUE (repeatable).")]
 RootOption = Annotated[Path | None, typer.Option("--root", help="Storage root (default: $COEVOLVE_HOME or runs).")]
@@ -306,6 +308,36 @@ def models_resolve(name: Annotated[str, typer.Argument(help="smollm2-135m, tiny-
     from llm.models import resolve_model
 
     typer.echo(resolve_model(name))
+
+
+@engine_app.command("serve")
+def engine_serve(
+    config: Annotated[Path, typer.Argument(help="Run config whose model.servers[SERVER] the server listens on.")],
+    server: Annotated[int, typer.Option(help="Which entry of model.servers to start.")] = 0,
+    vllm: Annotated[str | None, typer.Option(help="vllm executable (default: .venv-gpu/bin/vllm, then PATH).")] = None,
+    gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM's share of GPU memory.")] = 0.85,
+    dry_run: Annotated[bool, typer.Option(help="Print the command instead of running it.")] = False,
+    overrides: Overrides = None,
+) -> None:
+    """Start a vLLM OpenAI-compatible server for the policy, LoRA hot-loading on (llm/vllm_server.py)."""
+    import shlex
+
+    from flows.config import load_config
+    from llm.vllm_server import find_vllm, serve_command
+
+    try:
+        cfg = load_config(config, overrides or [])
+        executable = "vllm" if dry_run and vllm is None else find_vllm(vllm)
+        argv, env = serve_command(cfg, vllm=executable, server=server,
+                                  gpu_memory_utilization=gpu_memory_utilization)  # fmt: skip
+    except (*_user_errors(), ValueError, FileNotFoundError) as exc:
+        _fail(str(exc))
+    line = " ".join(f"{k}={v}" for k, v in env.items()) + " " + shlex.join(argv)
+    if dry_run:
+        typer.echo(line)
+        return
+    typer.echo(f"starting: {line}", err=True)
+    os.execvpe(argv[0], argv, {**os.environ, **env})
 
 
 @bench_app.command("learning")

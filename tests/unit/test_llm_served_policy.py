@@ -114,3 +114,34 @@ def test_servers_need_a_lora_policy():
         load_config(CONFIGS / "test-tiny.yaml", ["model.servers=[http://127.0.0.1:9/v1]"])
     config = load_config(CONFIGS / "test-tiny.yaml", ["model.servers=[http://127.0.0.1:9/v1]", "train.lora_rank=4"])
     assert config.model.servers == ["http://127.0.0.1:9/v1"]
+
+
+def test_engine_serve_command_follows_the_config():
+    from flows.config import load_config
+    from llm.vllm_server import serve_command
+    from tests.conftest import CONFIGS
+
+    argv, env = serve_command(load_config(CONFIGS / "bfcl-qwen3-4b.yaml"), vllm="/opt/vllm")
+    assert argv[:3] == ["/opt/vllm", "serve", "Qwen/Qwen3-4B"] and env == {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+    flags = dict(zip(argv[3::1], argv[4::1], strict=False))
+    assert flags["--host"] == "127.0.0.1" and flags["--port"] == "8000" and flags["--max-lora-rank"] == "64"
+    assert "--enable-lora" in argv
+    with pytest.raises(ValueError, match="model.servers is empty"):
+        serve_command(load_config(CONFIGS / "test-tiny.yaml"))
+    bad = load_config(CONFIGS / "test-tiny.yaml", ["model.servers=[localhost:8000]", "train.lora_rank=4"])
+    with pytest.raises(ValueError, match="needs a scheme, host and port"):
+        serve_command(bad)
+
+
+def test_engine_serve_cli_dry_run_and_missing_vllm(tmp_path):
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+    from tests.conftest import CONFIGS
+
+    runner = CliRunner()
+    out = runner.invoke(app, ["engine", "serve", str(CONFIGS / "bfcl-qwen3-4b.yaml"), "--dry-run"])
+    assert out.exit_code == 0 and "vllm serve Qwen/Qwen3-4B" in out.output
+    missing = runner.invoke(app, ["engine", "serve", str(CONFIGS / "bfcl-qwen3-4b.yaml"),
+                                  "--vllm", str(tmp_path / "nope")])  # fmt: skip
+    assert missing.exit_code == 2 and "make gpu-env" in missing.output
