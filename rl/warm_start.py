@@ -19,7 +19,7 @@ values (`envs.replay.final_answer`). Only the assistant replies carry loss (`Sam
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -44,6 +44,9 @@ class WarmStart:
     """Episodes per optimizer step."""
     micro_batch_size: int = 8
     seed: int = 0
+    teacher: bool = True
+    """Also teach the teacher's abstraction reply (`stages.warm_start.abstraction_sample`) on the same tasks:
+    an in-process teacher is the policy itself, and SmolLM2 otherwise copies the prompt's example."""
 
     def __post_init__(self) -> None:
         for name in ("tasks", "epochs", "batch_size", "micro_batch_size"):
@@ -81,13 +84,17 @@ def reference_samples(env: Environment, chat: ChatFormat, tasks: Sequence[Task])
     Tasks of one family share their prompt up to the user's request (same tools, same demonstrations),
     so `warm_start` runs a family's rows together and encodes that prefix once (`rl.shared_prefix`).
     """
-    rows = [reference_sample(env, chat, task) for task in tasks]
-    families = {family: i for i, family in enumerate(dict.fromkeys(task.family for task in tasks))}
+    return as_batch([reference_sample(env, chat, task) for task in tasks], [task.family for task in tasks])
+
+
+def as_batch(rows: Sequence[tuple[list[int], list[int]]], groups: Sequence[Hashable]) -> SampleBatch:
+    """(ids, mask) rows as a `SampleBatch` of rewards 1; rows with equal `groups` keys train together."""
+    index = {key: i for i, key in enumerate(dict.fromkeys(groups))}
     return SampleBatch(
         input_ids=[ids for ids, _ in rows],
         loss_mask=[mask for _, mask in rows],
         rewards=[1.0] * len(rows),
-        group_ids=[families[task.family] for task in tasks],
+        group_ids=[index[key] for key in groups],
     )
 
 

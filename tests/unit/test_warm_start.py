@@ -91,3 +91,24 @@ def test_warm_start_settings_are_validated():
         WarmStart(epochs=0)
     with pytest.raises(ValueError, match="lr"):
         WarmStart(lr=0.0)
+
+
+def test_abstraction_example_is_a_reply_the_real_parser_accepts(tiny):
+    from stages.abstract import parse_task
+    from stages.teacher import ABSTRACT_PREFIX, extract_json
+    from stages.warm_start import abstraction_sample
+
+    _, tokenizer, chat = tiny
+    env = envs.make("toolworld", seed=3)
+    task = next(t for t in env.tasks("train") if sum(map(len, t.solution)) > 1)
+    ids, mask = abstraction_sample(env, chat, task, max_tasks=3)
+    prompt = tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if not m])
+    assert "OBSERVED CALLS" in prompt and prompt.endswith(ABSTRACT_PREFIX)
+    reply = ABSTRACT_PREFIX + tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if m][:-1])
+    (item,) = extract_json(reply, list)
+    calls = json.loads(prompt.split("OBSERVED CALLS (JSON):\n")[1].split("\n")[0])
+    observed = [{"tool": c["tool"], "arguments": c["arguments"], "observation": c["result"]} for c in calls]
+    parsed = parse_task(item, observed)
+    reference = [call for turn in task.solution for call in turn]
+    assert [(c["name"], c["arguments"]) for c in parsed["solution"]] == [(c.name, c.arguments) for c in reference]
+    assert parsed["query"] == " ".join(task.turns)
