@@ -1,0 +1,66 @@
+"""How much a warm start helps: build (or reuse) the warm-started checkpoint of a config, then sample K
+episodes on N of its `train` tasks and report success per family and how many groups hold both outcomes
+(the groups that give GRPO a gradient and fire boundary signals).
+
+    .venv/bin/python -u -m benchmarks.warm_start_probe --tasks 16 --k 4 [--warm-start-tasks 48] [--no-teacher]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import envs
+from flows.config import load_config
+from llm.chat import ChatFormat
+from llm.engine import SamplingParams
+from llm.hf_engine import HfEngine
+from llm.models import cache_dir, load_model
+from rl.warm_start import WarmStart
+from stages.agent_loop import EpisodeLimits, run_episodes
+from stages.warm_start import warm_start_checkpoint
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=Path("configs/learning-smollm2.yaml"))
+    parser.add_argument("--warm-start-tasks", type=int, default=WarmStart.tasks)
+    parser.add_argument("--no-teacher", action="store_true", help="agent episodes only")
+    parser.add_argument("--tasks", type=int, default=16)
+    parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--out", type=Path, default=cache_dir() / "warm-start")
+    args = parser.parse_args()
+
+    config = load_config(args.config)
+    started = time.perf_counter()
+    settings = WarmStart(tasks=args.warm_start_tasks, teacher=not args.no_teacher)
+    path = warm_start_checkpoint(config, settings, args.out)
+    print(f"checkpoint {path} ({time.perf_counter() - started:.1f} s)")
+
+    model, tokenizer = load_model(str(path))
+    engine = HfEngine(model, tokenizer, batch_size=config.model.generation_batch_size)
+    rollout = config.rollout
+    make_env = lambda: envs.make(config.env.name, **config.env.options)  # noqa: E731
+    tasks = random.Random(1).sample(make_env().tasks("train"), args.tasks)
+    started = time.perf_counter()
+    episodes = run_episodes(engine, ChatFormat(tokenizer), make_env, [(t, s) for t in tasks for s in range(args.k)],
+                            SamplingParams(temperature=rollout.temperature, max_new_tokens=rollout.max_new_tokens,
+                                           seed=0),
+                            EpisodeLimits(rollout.max_replies, rollout.max_context_tokens))  # fmt: skip
+    print(f"{len(episodes)} episodes in {time.perf_counter() - started:.1f} s")
+    by_family, by_task = defaultdict(list), defaultdict(list)
+    for ep in episodes:
+        by_family[ep.task.family].append(ep.evaluation.success)
+        by_task[ep.task.id].append(ep.evaluation.success)
+    for family, outcomes in sorted(by_family.items()):
+        print(f"  {family:24s} {sum(outcomes)}/{len(outcomes)}")
+    solved = sum(sum(v) for v in by_task.values())
+    mixed = sum(1 for v in by_task.values() if any(v) and not all(v))
+    print(f"train success {solved}/{len(episodes)}; groups with both outcomes {mixed}/{len(by_task)}")
+
+
+if __name__ == "__main__":
+    main()
