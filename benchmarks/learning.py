@@ -309,8 +309,9 @@ def _warm_start_line(plan: Plan) -> str:
     if plan.warm_start is None:
         return "No warm start: every arm starts from the config's model."
     ws = plan.warm_start
-    return (f"Every arm starts from the same checkpoint, warm start: {ws.tasks} reference episodes of the training "
-            f"families (disjoint from every split), {ws.epochs} epochs, lr {ws.lr} (rl/warm_start.py).")
+    teacher = f" and {ws.tasks} teacher abstraction examples" if ws.teacher else ""
+    return (f"Every arm starts from the same checkpoint, warm start: {ws.tasks} reference episodes{teacher} of the "
+            f"training families (disjoint from every split), {ws.epochs} epochs, lr {ws.lr} (rl/warm_start.py).")
 
 
 def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
@@ -369,6 +370,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
     parser.add_argument("--warm-start-tasks", type=int, default=WarmStart.tasks,
                         help="reference episodes of the supervised warm start every arm starts from (0: none)")
+    parser.add_argument("--report-only", action="store_true",
+                        help="write the report from the stored runs without running anything")
     parser.add_argument("--root", type=Path, help="storage root (default: COEVOLVE_HOME or runs/)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/learning"))
     args = parser.parse_args(argv)
@@ -377,11 +380,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     plan = Plan.make(quick=args.quick, config=args.config, rounds=args.rounds, seeds=args.seeds,
                      arms=args.arms, overrides=args.overrides,
                      warm_start_tasks=args.warm_start_tasks)  # fmt: skip
-    print(run_benchmark(plan, args.out))
+    print(run_benchmark(plan, args.out, run=not args.report_only))
 
 
-def run_benchmark(plan: Plan, out: Path) -> str:
-    """Run every arm of `plan`, write the outputs into `out`, return the report (markdown)."""
+def run_benchmark(plan: Plan, out: Path, *, run: bool = True) -> str:
+    """Run every arm of `plan` (`run=False`: only read the stored runs), write the outputs into `out`,
+    return the report (markdown)."""
     from flows.config import load_config
     from flows.runs import storage_root
 
@@ -392,11 +396,13 @@ def run_benchmark(plan: Plan, out: Path) -> str:
         )
     root = storage_root(config)
     if plan.warm_start is not None:
-        from stages.warm_start import warm_start_checkpoint
+        from stages.warm_start import warm_start_checkpoint, warm_start_key
 
-        checkpoint = warm_start_checkpoint(config, plan.warm_start, root / "warm-start")
+        directory = root / "warm-start"
+        checkpoint = (warm_start_checkpoint(config, plan.warm_start, directory) if run
+                      else directory / warm_start_key(config, plan.warm_start))  # fmt: skip
         plan = replace(plan, overrides=(*plan.overrides, f"model.name={checkpoint}"))
-    wall = run_arms(plan)
+    wall = run_arms(plan) if run else {}
     return report(root, plan, out, wall)
 
 

@@ -43,6 +43,9 @@ def test_quick_plan_runs_and_reports(tmp_path, monkeypatch, prefect_api):
     assert "warm start: 4 reference episodes" in text and str(checkpoint) in text
     assert (tmp_path / "out" / "report.md").read_text() == text
     assert (tmp_path / "out" / "curves.png").stat().st_size > 1000
+    # the report can be rebuilt from storage alone (nothing runs: the tables before the timings match)
+    again = run_benchmark(plan, tmp_path / "again", run=False)
+    assert again.split("## Per run")[0] == text.split("## Per run")[0]
     # every arm ran the same rollout budget
     from storage.catalog import query
 
