@@ -94,7 +94,7 @@ class ChatFormat:
         self, messages: Sequence[dict], *, tools: Sequence[dict], demonstrations: Sequence[dict] = ()
     ) -> list[int]:
         """`prompt_text` as token ids."""
-        return self._encode(self.prompt_text(messages, tools=tools, demonstrations=demonstrations))
+        return self.encode(self.prompt_text(messages, tools=tools, demonstrations=demonstrations))
 
     def continuation_ids(self, new_messages: Sequence[dict], *, last_token_id: int) -> Continuation:
         """Ids that follow a generated reply: close its turn, render `new_messages`, prompt the assistant.
@@ -104,9 +104,10 @@ class ChatFormat:
         """
         closes = last_token_id != self._end_id
         text = (END if closes else "") + "\n" + _turns(new_messages, self.wrap_tool_results) + _generation_prompt()
-        return Continuation(self._encode(text), closes)
+        return Continuation(self.encode(text), closes)
 
-    def _encode(self, text: str) -> list[int]:
+    def encode(self, text: str) -> list[int]:
+        """`text` as token ids, without special tokens added (a reply, a prefix, a turn)."""
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 

@@ -125,7 +125,6 @@ class OpenAIEngine:
         if any(not prompt for prompt in prompts):
             raise ValueError("empty prompt")
         self.check_health()
-        version = self.version
         completions: list[Completion | None] = [None] * len(prompts)
         with ThreadPoolExecutor(max_workers=max(1, min(self.max_concurrency, len(prompts)))) as pool:
             futures = {pool.submit(self._complete, prompt, sampling): i for i, prompt in enumerate(prompts)}
@@ -133,8 +132,6 @@ class OpenAIEngine:
                 completions[futures[future]] = future.result()
                 if progress:
                     progress(1)
-        if self.version != version:
-            raise OpenAIEngineError(f"the policy changed from {version} to {self.version} during generation")
         return [c for c in completions if c is not None]
 
     def _complete(self, prompt: list[int], sampling: SamplingParams) -> Completion:
@@ -226,34 +223,32 @@ class OpenAIEngine:
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST to the next healthy server, moving on to the others when one fails; the decoded JSON."""
-        last = ""
-        for attempt in range(self.max_retries + 1):
-            if attempt:
-                time.sleep(self.backoff_s * 2 ** (attempt - 1))
-            server = self._pick()
-            if server is None:
-                break
-            status, data, error = self._send(server, path, body)
-            if error is None:
-                return self._json(path, status, data)
-            last = f"{self.urls[server]}: {error}"
-            if len(self._clients) > 1:
-                self.healthy[server] = False
-        raise OpenAIEngineError(f"{path}: failed after {self.max_retries + 1} attempts; last error: {last}")
+        return self._json(path, *self._request(path, body))
 
     def _post_to(self, server: int, path: str, body: dict[str, Any]) -> str:
         """POST to one given server (adapter management must reach every server); the reply's text."""
+        status, text = self._request(path, body, server=server)
+        if status >= 400:
+            raise OpenAIEngineError(f"{self.urls[server]}/{path}: HTTP {status}: {text[:500]}")
+        return text
+
+    def _request(self, path: str, body: dict[str, Any], *, server: int | None = None) -> tuple[int, str]:
+        """(status, text) of a POST, retried with backoff on failures worth retrying. Without `server`, each
+        attempt goes to the next healthy server and, with several, a failing one is set aside."""
         last = ""
         for attempt in range(self.max_retries + 1):
             if attempt:
                 time.sleep(self.backoff_s * 2 ** (attempt - 1))
-            status, text, error = self._send(server, path, body)
+            target = server if server is not None else self._pick()
+            if target is None:
+                break
+            status, text, error = self._send(target, path, body)
             if error is None:
-                if status >= 400:
-                    raise OpenAIEngineError(f"{self.urls[server]}/{path}: HTTP {status}: {text[:500]}")
-                return text
-            last = error
-        raise OpenAIEngineError(f"{self.urls[server]}/{path}: failed after {self.max_retries + 1} attempts: {last}")
+                return status, text
+            last = f"{self.urls[target]}: {error}"
+            if server is None and len(self._clients) > 1:
+                self.healthy[target] = False
+        raise OpenAIEngineError(f"{path}: failed after {self.max_retries + 1} attempts; last error: {last}")
 
     def _pick(self) -> int | None:
         with self._lock:

@@ -66,7 +66,7 @@ def reference_sample(env: Environment, chat: ChatFormat, task: Task) -> tuple[li
     for turn in range(len(task.turns)):
         calls = solution[turn] if turn < len(solution) else []
         for reply in [render_tool_call(call) for call in calls] + [final_answer(task, turn)]:
-            reply_ids = chat._encode(reply) + [chat.end_of_turn_id]
+            reply_ids = chat.encode(reply) + [chat.end_of_turn_id]
             ids += reply_ids
             mask += [1] * len(reply_ids)
             result = env.step(reply)

@@ -78,8 +78,8 @@ def abstraction_sample(env: Environment, chat: ChatFormat, task: Task, max_tasks
                          "intent": task.family.replace("_", " ")}])  # fmt: skip
     if not reply.startswith(ABSTRACT_PREFIX):
         raise AssertionError(f"the abstraction reply must start with {ABSTRACT_PREFIX!r}")
-    prompt = chat.prompt_ids(abstract_messages(group, tools, max_tasks), tools=[]) + chat._encode(ABSTRACT_PREFIX)
-    target = chat._encode(reply[len(ABSTRACT_PREFIX):]) + [chat.end_of_turn_id]
+    prompt = chat.prompt_ids(abstract_messages(group, tools, max_tasks), tools=[]) + chat.encode(ABSTRACT_PREFIX)
+    target = chat.encode(reply[len(ABSTRACT_PREFIX):]) + [chat.end_of_turn_id]
     return prompt + target, [0] * len(prompt) + [1] * len(target)
 
 
