@@ -11,6 +11,7 @@ Used by rollout (K samples per task), evaluate (greedy, one per task) and, later
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import traceback
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from envs.base import Environment, Evaluation, Task
+from envs.base import Environment, Evaluation, StepResult, Task
 from llm.chat import ChatFormat
 from llm.engine import Completion, Engine, SamplingParams
 
@@ -86,8 +87,9 @@ def run_episodes(
     while live:
         completions = engine.generate([ep.input_ids for ep in live], sampling,
                                       sessions=[ep.session for ep in live])
-        for ep, completion in zip(live, completions, strict=True):
-            _advance(ep, completion, chat, sampling, limits)
+        results = _step_all([ep.env for ep in live], [c.text for c in completions])
+        for ep, completion, result in zip(live, completions, results, strict=True):
+            _advance(ep, completion, result, chat, sampling, limits)
             if ep.finish:
                 _close(ep)
                 if progress:
@@ -110,17 +112,32 @@ def _start(task: Task, sample: int, make_env: Callable[[], Environment], chat: C
     return ep
 
 
-def _advance(ep: Episode, completion: Completion, chat: ChatFormat, sampling: SamplingParams,
-             limits: EpisodeLimits) -> None:
+def _step_all(envs: list[Environment], replies: list[str]) -> list[StepResult | Exception]:
+    """Step every live episode with its reply. Environments that can start a step without waiting for it
+    (`submit_step`: Ray actors, `envs.ray_workers`) all start before the first result is awaited; others
+    step one after the other. A step's exception is returned in its place."""
+    pending = [
+        env.submit_step(reply) if hasattr(env, "submit_step") else functools.partial(env.step, reply)
+        for env, reply in zip(envs, replies, strict=True)
+    ]
+    results: list[StepResult | Exception] = []
+    for wait in pending:
+        try:
+            results.append(wait())
+        except Exception as exc:
+            results.append(exc)
+    return results
+
+
+def _advance(ep: Episode, completion: Completion, result: StepResult | Exception, chat: ChatFormat,
+             sampling: SamplingParams, limits: EpisodeLimits) -> None:
     ep.append(completion.token_ids, policy=True, logprobs=completion.logprobs)
     if completion.version:
         ep.versions.add(completion.version)
     ep.replies += 1
     ep.messages.append({"role": "assistant", "content": completion.text})
-    try:
-        result = ep.env.step(completion.text)
-    except Exception as exc:
-        _fail(ep, exc)
+    if isinstance(result, Exception):
+        _fail(ep, result)
         return
     ep.steps.extend(_step_rows(ep, completion.text, result.info))
     if result.turn_ended:

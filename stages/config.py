@@ -237,6 +237,15 @@ class RunSection(Section):
     """Total number of rounds the run should have; re-running with more continues."""
 
 
+class RuntimeSection(Section):
+    ray_address: str | None = None
+    """Run environment episodes in Ray actors of the cluster at this address (`host:port`, or `auto`),
+    one environment per actor (`envs.ray_workers`); unset: in the driver process. Not part of any cache
+    key: where episodes run does not change what they produce."""
+    ray_actor_cpus: float = Field(0.0, ge=0.0)
+    """CPUs each environment actor reserves in Ray's scheduler (0: as many actors as episodes)."""
+
+
 class StorageSection(Section):
     root: str = "runs"
     """Storage root for runs and the DuckDB catalog (env COEVOLVE_HOME overrides the default)."""
@@ -265,6 +274,8 @@ class CoevolveConfig(Section):
     """The LLM that reflects, explores and abstracts tasks (`type: policy` or `type: openai`)."""
     storage: StorageSection = StorageSection()
     """Where runs are written."""
+    runtime: RuntimeSection = RuntimeSection()
+    """Where environment episodes run (in process, or Ray actors)."""
 
     @model_validator(mode="after")
     def _servers_need_lora(self) -> CoevolveConfig:

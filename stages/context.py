@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import envs
 from envs.base import Environment, Task
@@ -19,6 +19,9 @@ from stages.config import CoevolveConfig
 from stages.policy import Policy, base_version
 from storage.layout import RunLayout
 from storage.store import RunStore
+
+if TYPE_CHECKING:
+    from envs.ray_workers import RayEnvPool
 
 
 @dataclass
@@ -40,11 +43,23 @@ class RunContext:
         return self.store.run
 
     def make_env(self) -> Environment:
+        """A fresh environment for one episode: in this process, or in a Ray actor (`runtime.ray_address`)."""
+        if self.config.runtime.ray_address:
+            return self._ray_pool.make()
         return envs.make(self.config.env.name, **self.config.env.options)
 
     @cached_property
+    def _ray_pool(self) -> RayEnvPool:
+        from envs.ray_workers import RayEnvPool
+
+        runtime = self.config.runtime
+        return RayEnvPool(runtime.ray_address, self.config.env.name, self.config.env.options,
+                          actor_cpus=runtime.ray_actor_cpus)
+
+    @cached_property
     def _task_source(self) -> Environment:
-        return self.make_env()
+        """Lists tasks (plain data, never an episode): always in this process."""
+        return envs.make(self.config.env.name, **self.config.env.options)
 
     def env_tasks(self, split: str) -> list[Task]:
         env = self._task_source

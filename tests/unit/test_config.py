@@ -57,3 +57,11 @@ def test_bad_config_names_file_and_field(tmp_path, text, overrides, message):
 def test_missing_file_is_named(tmp_path):
     with pytest.raises(ConfigError, match="nope.yaml not found"):
         load_config(tmp_path / "nope.yaml")
+
+
+def test_an_unreachable_ray_address_fails_fast_naming_the_field():
+    from envs.ray_workers import connect
+    from tests.conftest import free_port
+
+    with pytest.raises(ConnectionError, match=r"runtime.ray_address: nothing answers at '127.0.0.1:\d+'"):
+        connect(f"127.0.0.1:{free_port()}")

@@ -1,0 +1,132 @@
+"""Ray environment actors against a local process pool: overhead per episode on BFCL reference replays.
+
+    .venv/bin/python benchmarks/ray_envs.py                 # 200 multi_turn_base replays, 2 workers
+    .venv/bin/python benchmarks/ray_envs.py --address 127.0.0.1:6379 --workers 8
+
+Replays every reference solution (reset, the reference calls turn by turn, evaluate; `envs.replay`) four
+ways and prints the wall time per episode of each:
+
+- in process, one episode after the other (what `runtime.ray_address` unset does);
+- a local `ProcessPoolExecutor` of `--workers` processes, one task per job (the baseline the issue names);
+- Ray actors of `envs.ray_workers.RayEnvPool`, one episode after the other (the per-call round trip);
+- Ray actors with `--workers` episodes in flight (threads waiting on actors, as the agent loop's
+  `submit_step` does).
+
+Without `--address` it starts a local Ray head on loopback (no dashboard) and stops it afterwards.
+All four must give the same verdicts; the script says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from pathlib import Path
+
+import envs
+from envs.base import Task
+from envs.bfcl import data
+from envs.ray_workers import RayEnvPool
+from envs.replay import replay_reference
+
+
+def _replay_in_process(category: str, task: Task) -> bool:
+    return replay_reference(envs.make("bfcl", category=category), task).success
+
+
+def _replay_remote(pool: RayEnvPool, task: Task) -> bool:
+    env = pool.make()
+    try:
+        return replay_reference(env, task).success
+    finally:
+        env.close()
+
+
+def _timed(label: str, run, episodes: int) -> list[bool]:
+    started = time.perf_counter()
+    verdicts = list(run())
+    seconds = time.perf_counter() - started
+    print(
+        f"{label:<40} {seconds:7.2f} s  {1000 * seconds / episodes:7.2f} ms/episode  "
+        f"{sum(verdicts)}/{episodes} succeed",
+        flush=True,
+    )
+    return verdicts
+
+
+def _start_head() -> tuple[str, Path]:
+    port = 20000 + os.getpid() % 10000
+    temp = Path(tempfile.mkdtemp(prefix="coevolve-ray-"))
+    cli = Path(sys.executable).with_name("ray")
+    subprocess.run(
+        [
+            str(cli),
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={port}",
+            "--include-dashboard=false",
+            "--object-store-memory=200000000",
+            f"--temp-dir={temp}",
+        ],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+    )
+    return f"127.0.0.1:{port}", temp
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--category", default="base")
+    parser.add_argument("--tasks", type=int, default=200)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--address", help="an existing Ray cluster (default: start a local head)")
+    args = parser.parse_args()
+    category = data.category_name(args.category)
+    tasks = envs.make("bfcl", category=category).tasks("all")[: args.tasks]
+    n, w = len(tasks), args.workers
+    print(
+        f"bfcl-eval {data.bfcl_version()} | {category} | {n} reference replays | {w} workers | "
+        f"{os.cpu_count()} cores",
+        flush=True,
+    )
+
+    baseline = _timed("in process, sequential", lambda: (_replay_in_process(category, t) for t in tasks), n)
+    with ProcessPoolExecutor(w) as processes:
+        list(processes.map(_replay_in_process, [category] * w, tasks[:w]))  # start-up not timed
+        local_pool = _timed(
+            f"process pool x{w}", lambda: processes.map(_replay_in_process, [category] * n, tasks), n
+        )
+
+    address, temp = (args.address, None) if args.address else _start_head()
+    try:
+        pool = RayEnvPool(address, "bfcl", {"category": category})
+        warm = [pool.make() for _ in range(w)]  # actor start-up not timed
+        for env in warm:
+            env.close()
+        ray_seq = _timed("ray actors, sequential", lambda: (_replay_remote(pool, t) for t in tasks), n)
+        with ThreadPoolExecutor(w) as threads:
+            ray_par = _timed(
+                f"ray actors x{w} in flight", lambda: threads.map(lambda t: _replay_remote(pool, t), tasks), n
+            )
+        print(f"ray actors started: {pool.size}")
+        pool.shutdown()
+    finally:
+        if temp is not None:
+            import ray
+
+            ray.shutdown()
+            subprocess.run(
+                [str(Path(sys.executable).with_name("ray")), "stop", "--force"], capture_output=True
+            )
+    same = baseline == local_pool == ray_seq == ray_par
+    print(f"verdicts identical across the four: {same}")
+
+
+if __name__ == "__main__":
+    main()

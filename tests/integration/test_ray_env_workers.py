@@ -1,0 +1,122 @@
+"""Environment episodes in Ray actors (`runtime.ray_address`), on a local Ray head started on loopback.
+
+What must hold: an episode played in an actor gives exactly the episode played in process (same
+evaluation, same trajectories through the real stages), actors are reused from one episode to the next,
+every concurrent episode has its own actor, and a dead actor becomes an episode error, not a crash.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import ray  # a dev dependency: missing is an error, not a skip
+
+from tests.conftest import CONFIGS, free_port
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory):
+    """`ray start --head` on 127.0.0.1 (no dashboard), stopped after the module's tests."""
+    cli = Path(sys.executable).with_name("ray")
+    port = free_port()
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    temp = tmp_path_factory.mktemp("ray")
+    start = [
+        str(cli),
+        "start",
+        "--head",
+        "--node-ip-address=127.0.0.1",
+        f"--port={port}",
+        "--num-cpus=2",
+        "--include-dashboard=false",
+        "--object-store-memory=100000000",
+        f"--temp-dir={temp}",
+    ]
+    subprocess.run(start, check=True, env=env, capture_output=True, timeout=120)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        ray.shutdown()
+        subprocess.run([str(cli), "stop", "--force"], env=env, capture_output=True, timeout=120)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _config(overrides: list[str]):
+    from flows.config import load_config
+
+    return load_config(CONFIGS / "test-tiny.yaml", overrides)
+
+
+def test_an_episode_in_an_actor_equals_the_episode_in_process(ray_head):
+    import envs
+    from envs.ray_workers import RayEnvPool
+    from envs.replay import replay_reference
+
+    options = {"seed": 0, "n_train": 6}
+    pool = RayEnvPool(ray_head, "toolworld", options)
+    local = envs.make("toolworld", **options)
+    for task in local.tasks("train")[:3]:
+        remote = pool.make()
+        assert remote.name == "toolworld"
+        assert replay_reference(remote, task) == replay_reference(envs.make("toolworld", **options), task)
+        remote.close()
+    assert pool.size == 1  # each closed episode gave the actor back for the next one
+    with pytest.raises(RuntimeError, match="after close"):
+        remote.step("hello")
+    remote = pool.make()
+    assert remote.demonstrations() == local.demonstrations()  # public methods beyond the protocol too
+    with pytest.raises(AttributeError, match="no method 'teleport'"):
+        remote.teleport()
+    pool.shutdown()
+
+
+def test_a_dead_actor_is_an_episode_error_and_leaves_the_pool(ray_head):
+    import envs
+    from envs.ray_workers import RayEnvPool
+    from stages.agent_loop import _step_all
+
+    pool = RayEnvPool(ray_head, "toolworld", {"seed": 0, "n_train": 6})
+    task = envs.make("toolworld", seed=0, n_train=6).tasks("train")[0]
+    alive, doomed = pool.make(), pool.make()
+    for env in (alive, doomed):
+        env.reset(task)
+    ray.kill(doomed._actor)
+    ok, failed = _step_all([alive, doomed], ["no tool needed", "no tool needed"])
+    assert ok.turn_ended and isinstance(failed, ray.exceptions.RayActorError)
+    doomed.close()
+    alive.close()
+    assert pool.size == 1
+    pool.shutdown()
+
+
+def test_stages_run_their_episodes_in_actors_with_the_same_results(ray_head, tmp_path):
+    from stages.bootstrap import BOOTSTRAP
+    from stages.context import RunContext
+    from stages.evaluate import BASELINE
+    from stages.rollout import ROLLOUT
+    from stages.runner import run_stage
+    from storage.catalog import query
+
+    rows = {}
+    for where, overrides in [("local", []), ("ray", [f"runtime.ray_address={ray_head}"])]:
+        ctx = RunContext.create(_config(overrides), where, tmp_path, quiet=True)
+        for stage in (BOOTSTRAP, BASELINE, ROLLOUT):
+            assert not run_stage(stage, ctx, 0).cached
+        if where == "ray":
+            # rollout: 2 tasks x k=4 concurrent episodes, one actor each; the baseline's 4 reused
+            assert ctx._ray_pool.size == 8
+            ctx._ray_pool.shutdown()
+        rows[where] = query(
+            tmp_path,
+            f"SELECT source, task_id, sample, reward, success, messages "
+            f"FROM trajectories WHERE run = '{where}' ORDER BY ALL",
+        ).to_pylist()
+    assert len(rows["local"]) == 4 + 8
+    assert rows["ray"] == rows["local"]
