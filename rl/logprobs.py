@@ -7,7 +7,12 @@ Memory: a ``[B, T, V]`` float32 ``log_softmax`` copy of the logits is never mate
 upcast on its own and reduced with ``logsumexp`` + ``gather`` (``log p = z_y - logsumexp(z)``), so the
 extra peak memory is one row's ``[T, V]`` float32 logits rather than the whole batch's.
 
-Callers pad on the right; entries at padding and at position 0 are 0.
+Only the positions that are scored need logits at all: with ``score_mask`` (the loss mask: policy tokens),
+the model projects onto the vocabulary only the hidden states that predict a scored token of some row
+(``logits_to_keep``), so prompt and tool-output positions, most of a multi-turn sequence, cost no
+``[T, V]`` logits, forward or backward.
+
+Callers pad on the right; entries at padding and at position 0 are 0, and so are entries no row scores.
 """
 
 from __future__ import annotations
@@ -36,8 +41,28 @@ def selective_log_softmax(logits: Tensor, index: Tensor, *, temperature: float =
     return torch.stack(rows) if rows else logits.new_zeros(index.shape, dtype=torch.float32)
 
 
+def scored_targets(score_mask: Tensor, start: int = 1) -> Tensor:
+    """Positions ``t >= start`` (1D, ascending) where some row of ``score_mask [B, T]`` scores its token."""
+    return torch.nonzero(score_mask[:, start:].any(dim=0)).flatten() + start
+
+
+def scatter_logprobs(logits: Tensor, ids: Tensor, targets: Tensor, *, temperature: float) -> Tensor:
+    """``[B, T]`` log-probs of ``ids [B, T]`` at ``targets`` from ``logits [B, len(targets), V]`` (the
+    positions before them); 0 elsewhere."""
+    width = ids.shape[1]
+    picked = selective_log_softmax(logits, ids[:, targets], temperature=temperature)
+    out = picked.new_zeros(ids.shape[0], width)
+    out[:, targets] = picked
+    return out
+
+
 def token_logprobs(
-    model: nn.Module, input_ids: Tensor, attention_mask: Tensor, *, temperature: float = 1.0
+    model: nn.Module,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    *,
+    temperature: float = 1.0,
+    score_mask: Tensor | None = None,
 ) -> Tensor:
     """``out[b, t] = log p(input_ids[b, t] | input_ids[b, :t])`` under ``logits / temperature``.
 
@@ -45,13 +70,20 @@ def token_logprobs(
         model: a causal LM returning ``.logits`` of shape ``[B, T, V]`` (HF or peft model).
         input_ids: ``[B, T]`` int64, right-padded.
         attention_mask: ``[B, T]`` 1 on real tokens.
+        score_mask: ``[B, T]``, nonzero where a log-prob is needed; None: everywhere.
 
     Returns:
-        ``[B, T]`` float32; column 0 and padded positions are 0. Differentiable if grad is enabled.
+        ``[B, T]`` float32; column 0, padded positions and positions no row scores are 0.
+        Differentiable if grad is enabled.
     """
     if temperature <= 0:
         raise ValueError(f"token_logprobs: temperature must be > 0, got {temperature}")
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
-    lp = selective_log_softmax(logits[:, :-1, :], input_ids[:, 1:], temperature=temperature)  # [B, T-1]
-    lp = torch.cat([lp.new_zeros(lp.shape[0], 1), lp], dim=1)  # [B, T]
+    if score_mask is None:
+        targets = torch.arange(1, input_ids.shape[1], device=input_ids.device)
+    else:
+        targets = scored_targets(score_mask.bool())
+    logits = model(
+        input_ids=input_ids, attention_mask=attention_mask, use_cache=False, logits_to_keep=targets - 1
+    ).logits  # [B, len(targets), V]
+    lp = scatter_logprobs(logits, input_ids, targets, temperature=temperature)
     return torch.where(attention_mask.bool(), lp, 0.0)

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from rl.logprobs import selective_log_softmax
+from rl.logprobs import scatter_logprobs, scored_targets
 
 log = logging.getLogger(__name__)
 
@@ -69,10 +69,16 @@ def supports_shared_prefix(model: nn.Module) -> bool:
 
 
 def shared_prefix_logprobs(
-    model: nn.Module, rows: Sequence[Sequence[int]], *, temperature: float = 1.0, pad_token_id: int = 0
+    model: nn.Module,
+    rows: Sequence[Sequence[int]],
+    *,
+    temperature: float = 1.0,
+    pad_token_id: int = 0,
+    score_rows: Sequence[Sequence[int]] | None = None,
 ) -> Tensor | None:
     """``out[b, t] = log p(rows[b][t] | rows[b][:t])``, right-padded to the longest row, like
-    `rl.logprobs.token_logprobs` on the padded batch; column 0 and padding are 0.
+    `rl.logprobs.token_logprobs` on the padded batch; column 0 and padding are 0. With ``score_rows``
+    (one 0/1 list per row, e.g. the loss masks) only positions some row scores get logits; others are 0.
 
     Returns None when sharing saves nothing (fewer than two rows, or no common token): the caller then
     takes the plain path.
@@ -83,27 +89,32 @@ def shared_prefix_logprobs(
     if len(rows) < 2 or shared < 1:
         return None
     device = next(model.parameters()).device
-    prefix = torch.tensor([list(rows[0][: shared + 1])], dtype=torch.long, device=device)  # [1, L+1]
-    out = model(input_ids=prefix[:, :shared], use_cache=True)
-    prefix_lp = selective_log_softmax(out.logits, prefix[:, 1:], temperature=temperature)  # [1, L]
-
     widths = [len(r) - shared for r in rows]
     width = max(widths)  # S
-    suffix = torch.full((len(rows), width), pad_token_id, dtype=torch.long, device=device)
-    mask = torch.zeros((len(rows), shared + width), dtype=torch.long, device=device)
-    mask[:, :shared] = 1
-    for b, (row, n) in enumerate(zip(rows, widths, strict=True)):
-        suffix[b, :n] = torch.tensor(list(row[shared:]), dtype=torch.long, device=device)
-        mask[b, shared : shared + n] = 1
+    ids = torch.full((len(rows), shared + width), pad_token_id, dtype=torch.long, device=device)  # [B, L+S]
+    mask = torch.zeros_like(ids)
+    score = torch.zeros_like(ids, dtype=torch.bool)
+    for b, row in enumerate(rows):
+        ids[b, : len(row)] = torch.tensor(list(row), dtype=torch.long, device=device)
+        mask[b, : len(row)] = 1
+        score[b, 1 : len(row)] = True if score_rows is None else torch.tensor(list(score_rows[b][1:])).bool()
+
+    # the prefix ids[:, :L] once: it predicts tokens 1..L of every row
+    prefix = ids[:1, : shared + 1]  # [1, L+1]
+    targets = scored_targets(score[:, : shared + 1])
+    out = model(input_ids=prefix[:, :shared], use_cache=True, logits_to_keep=targets - 1)
+    prefix_lp = scatter_logprobs(out.logits, prefix, targets, temperature=temperature)  # [1, L+1]
+
+    # the suffixes ids[:, L:] on top of the broadcast cache: they predict tokens L+1.. of each row
+    suffix = ids[:, shared:]  # [B, S]
+    targets = scored_targets(score, start=shared + 1) - shared  # in suffix coordinates, >= 1
     positions = torch.arange(shared, shared + width, device=device).expand(len(rows), width)
     cache = _broadcast_cache(out.cache, len(rows), model)
     logits = model(input_ids=suffix, attention_mask=mask, position_ids=positions, cache=cache,
-                   use_cache=True).logits  # fmt: skip
-    suffix_lp = selective_log_softmax(logits[:, :-1], suffix[:, 1:], temperature=temperature)  # [B, S-1]
+                   use_cache=True, logits_to_keep=targets - 1).logits  # fmt: skip
+    suffix_lp = scatter_logprobs(logits, suffix, targets, temperature=temperature)  # [B, S]
 
-    lp = torch.cat([
-        prefix_lp.new_zeros(len(rows), 1), prefix_lp.expand(len(rows), shared), suffix_lp
-    ], dim=1)  # fmt: skip  # [B, L+S]
+    lp = torch.cat([prefix_lp.expand(len(rows), shared + 1), suffix_lp[:, 1:]], dim=1)  # [B, L+S]
     return torch.where(mask.bool(), lp, 0.0)
 
 

@@ -156,17 +156,20 @@ def _is_peft(model: nn.Module) -> bool:
 def micro_batch_logprobs(
     model: nn.Module, batch: SampleBatch, micro: list[int], *, temperature: float, shared_prefix: bool
 ) -> Tensor:
-    """Log-probs ``[b, T]`` of the rows ``micro``, right-padded like ``batch.pad(micro)``.
+    """Log-probs ``[b, T]`` of the rows ``micro``, right-padded like ``batch.pad(micro)``, at the
+    positions their loss masks score (the vocabulary projection is skipped everywhere else; 0 there).
 
     ``shared_prefix``: encode the rows' common prefix once (`rl.shared_prefix`) when that saves work.
     """
     if shared_prefix:
         rows = [batch.input_ids[i] for i in micro]
-        lp = shared_prefix_logprobs(model, rows, temperature=temperature)
+        scored = [batch.loss_mask[i] for i in micro]
+        lp = shared_prefix_logprobs(model, rows, temperature=temperature, score_rows=scored)
         if lp is not None:
             return lp
     padded = batch.pad(micro).to(_device(model))
-    return token_logprobs(model, padded.input_ids, padded.attention_mask, temperature=temperature)
+    return token_logprobs(model, padded.input_ids, padded.attention_mask, temperature=temperature,
+                          score_mask=padded.loss_mask)
 
 
 @torch.no_grad()

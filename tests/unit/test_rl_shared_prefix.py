@@ -60,6 +60,26 @@ def test_logprobs_equal_the_plain_padded_pass(kind):
     torch.testing.assert_close(shared, plain, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("reply_in_prefix", [False, True])
+def test_scoring_only_the_loss_mask_keeps_those_logprobs(reply_in_prefix):
+    model = tiny("llama")
+    batch = multi_turn_batch(1, 4, VOCAB)
+    ids, masks = [list(r) for r in batch.input_ids], [list(m) for m in batch.loss_mask]
+    if reply_in_prefix:  # every sample starts its reply with the same 3 tokens: scored inside the prefix
+        for row, m in zip(ids, masks, strict=True):
+            row[24:24] = [7, 8, 9]
+            m[24:24] = [1, 1, 1]
+    scored_batch = SampleBatch(ids, masks, batch.rewards, batch.group_ids)
+    padded = scored_batch.pad(range(4))
+    with torch.no_grad():
+        plain = token_logprobs(model, padded.input_ids, padded.attention_mask, temperature=0.7)
+        shared = shared_prefix_logprobs(model, ids, temperature=0.7, score_rows=masks)
+    keep = padded.loss_mask.bool()
+    assert bool(keep[:, 24:27].all()) == reply_in_prefix
+    torch.testing.assert_close(shared[keep], plain[keep], atol=1e-5, rtol=0)
+    assert torch.equal(shared[:, :24], torch.zeros(4, 24))  # the prompt is never projected
+
+
 def test_nothing_to_share_returns_none():
     model = tiny("llama")
     assert shared_prefix_logprobs(model, [[5, 6, 7]]) is None

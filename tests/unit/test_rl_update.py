@@ -102,6 +102,26 @@ def test_token_logprobs_matches_log_softmax_and_ignores_padding():
     torch.testing.assert_close(got[1, :5], alone[0], rtol=0, atol=1e-5)
 
 
+def test_with_a_score_mask_only_scored_positions_reach_the_vocabulary():
+    model = tiny_llama()
+    ids = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones_like(ids)
+    score = torch.zeros_like(ids)
+    score[0, 3:5] = 1  # reply tokens of row 0
+    score[1, 4:7] = 1  # and of row 1: positions 3..6 in all
+    projected = []
+    hook = model.lm_head.register_forward_hook(lambda m, args, out: projected.append(args[0].shape[1]))
+    with torch.no_grad():
+        full = token_logprobs(model, ids, mask, temperature=0.7)
+        scored = token_logprobs(model, ids, mask, temperature=0.7, score_mask=score)
+    hook.remove()
+    assert projected == [11, 4]  # every position predicting a token, then only the 4 predicting 3..6
+    union = torch.zeros_like(score, dtype=torch.bool)
+    union[:, 3:7] = True
+    torch.testing.assert_close(scored[union], full[union], rtol=0, atol=1e-6)
+    assert torch.equal(scored[~union], torch.zeros(int((~union).sum())))
+
+
 # ---------------------------------------------------------------- grpo_update
 
 
