@@ -24,6 +24,12 @@ Steps of `grpo_update`:
    accumulated over its micro-batches with the loss divided by the mini-batch's policy-token count,
    then grad-norm clipping and ``optimizer.step()``.
 
+Data-parallel (``accelerator``, an `accelerate.Accelerator` over several processes; `rl.distributed`):
+every process holds the whole batch and the same weights, and takes micro-batches ``rank, rank + world,
+...`` of each mini-batch; its losses are still divided by the *whole* mini-batch's token count, and the
+gradients are summed over processes (one all-reduce) before clipping, so every process takes exactly the
+one-process optimizer step and the weights stay identical. Metrics are summed over processes too.
+
 The learning rate belongs to the optimizer (build it with `make_optimizer`, schedule it outside);
 ``UpdateHyperparams.lr``/``weight_decay`` are only what `make_optimizer` uses.
 """
@@ -33,6 +39,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -226,6 +233,21 @@ class _MetricsSum:
         self.losses.append((self.step_loss, self.step_pg, grad_norm))
         self.step_loss = self.step_pg = 0.0
 
+    def summed_over(self, accelerator: Any) -> _MetricsSum:
+        """The sums of every process (each process ran different micro-batches of the same steps)."""
+        keys = list(self.weighted)
+        local = torch.tensor(
+            [self.weighted[k] for k in keys] + [float(self.tokens)] + [x for s in self.losses for x in s[:2]],
+            dtype=torch.float64, device=accelerator.device,
+        )  # fmt: skip
+        total = accelerator.reduce(local, reduction="sum").tolist()
+        out = _MetricsSum()
+        out.weighted = dict(zip(keys, total[: len(keys)], strict=True))
+        out.tokens = int(total[len(keys)])
+        steps = total[len(keys) + 1 :]
+        out.losses = [(steps[2 * i], steps[2 * i + 1], grad) for i, (_, _, grad) in enumerate(self.losses)]
+        return out
+
     def summary(self) -> dict[str, float]:
         steps = max(1, len(self.losses))
         out = {k: v / max(1, self.tokens) for k, v in self.weighted.items()}
@@ -247,7 +269,7 @@ def _mini_batch_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
     batch: SampleBatch,
-    mini: list[list[int]],
+    mini: Shard,
     adv: Tensor,
     old: list[Tensor] | None,
     ref: list[Tensor] | None,
@@ -255,29 +277,55 @@ def _mini_batch_step(
     acc: _MetricsSum,
     progress: Callable[[int], object] | None,
     shared_prefix: bool,
+    accelerator: Any | None,
 ) -> None:
-    """One optimizer step: gradients accumulated over the micro-batches of ``mini``.
+    """One optimizer step: gradients accumulated over this process's micro-batches of a mini-batch.
 
     Every micro-batch loss is divided by the policy-token count of the whole mini-batch, so the
     accumulated gradient is that of the token-level-normalised mini-batch loss.
     """
     device = _device(model)
-    num_tokens = batch.policy_tokens([i for micro in mini for i in micro])
     optimizer.zero_grad(set_to_none=True)
-    for u, micro in enumerate(mini):
+    for u, micro in enumerate(mini.micro):
         padded = batch.pad(micro).to(device)
-        lp = micro_batch_logprobs(
-            model, batch, micro, temperature=hp.temperature, shared_prefix=shared_prefix
-        )
+        lp = micro_batch_logprobs(model, batch, micro, temperature=hp.temperature, shared_prefix=shared_prefix)
         loss, metrics = grpo_loss(
             lp, lp.detach() if old is None else old[u], None if ref is None else ref[u], adv[micro].to(device), padded.loss_mask,
-            clip_low=hp.clip_low, clip_high=hp.clip_high, beta=hp.beta, num_tokens=num_tokens,
+            clip_low=hp.clip_low, clip_high=hp.clip_high, beta=hp.beta, num_tokens=mini.num_tokens,
         )  # fmt: skip
         loss.backward()
         acc.add(metrics)
         if progress is not None:
             progress(len(micro))
+    if accelerator is not None:
+        _sum_gradients(model, accelerator)
     acc.end_step(_optimizer_step(model, optimizer, hp.max_grad_norm))
+
+
+def _sum_gradients(model: nn.Module, accelerator: Any) -> None:
+    """Replace every trainable parameter's gradient by its sum over processes (one flat all-reduce)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    total = accelerator.reduce(torch.cat([g.flatten() for g in grads]), reduction="sum")
+    offset = 0
+    for p in params:
+        p.grad = total[offset : offset + p.numel()].view_as(p).clone()
+        offset += p.numel()
+
+
+@dataclass(frozen=True)
+class Shard:
+    """This process's micro-batches of one mini-batch, and the whole mini-batch's policy-token count."""
+
+    micro: list[list[int]]
+    num_tokens: int
+
+
+def shard_plan(batch: SampleBatch, plan: Plan, rank: int = 0, world: int = 1) -> list[Shard]:
+    """Micro-batches ``rank, rank + world, ...`` of every mini-batch (possibly none)."""
+    return [
+        Shard(mini[rank::world], batch.policy_tokens([i for micro in mini for i in micro])) for mini in plan
+    ]
 
 
 def grpo_update(
@@ -288,11 +336,14 @@ def grpo_update(
     hp: UpdateHyperparams,
     *,
     progress: Callable[[int], object] | None = None,
+    accelerator: Any | None = None,
 ) -> UpdateResult:
     """Run one GRPO update of ``model`` on ``batch``; see the module docstring for the steps.
 
     ``progress(advance)`` is called after each micro-batch with its number of rows; the total over
-    the update is `progress_total`. The model's train/eval mode is restored afterwards.
+    the update is `progress_total` (this process's share with an ``accelerator``). The model's
+    train/eval mode is restored afterwards. ``accelerator``: data-parallel over its processes (every
+    process passes the same weights, optimizer state and batch; see the module docstring).
     """
     start = time.perf_counter()
     if hp.beta > 0 and ref_model is None and not _is_peft(model):
@@ -304,24 +355,31 @@ def grpo_update(
     rows = trainable_rows(batch, adv, hp.beta)
     shared = hp.shared_prefix and supports_shared_prefix(model)
     plan = plan_update(batch, rows, hp.mini_batches, hp.micro_batch_size, by_group=shared) if rows else []
+    if accelerator is None:
+        shards = shard_plan(batch, plan)
+    else:
+        shards = shard_plan(batch, plan, accelerator.process_index, accelerator.num_processes)
+    local_plan = [shard.micro for shard in shards]
     group_ids = torch.tensor(batch.group_ids, dtype=torch.long)
     acc = _MetricsSum()
 
     if plan:
         single_step = hp.epochs == 1 and len(plan) == 1  # old log-probs = this forward, detached
-        old = None if single_step else _fixed_logprobs(model, batch, plan, hp.temperature, shared)
-        ref = _reference_logprobs(model, ref_model, batch, plan, hp)
+        old = None if single_step else _fixed_logprobs(model, batch, local_plan, hp.temperature, shared)
+        ref = _reference_logprobs(model, ref_model, batch, local_plan, hp)
         was_training = model.training
         model.train()
         for _ in range(hp.epochs):
-            for m, mini in enumerate(plan):
+            for m, shard in enumerate(shards):
                 mini_ref = None if ref is None else ref[m]
                 mini_old = None if old is None else old[m]
                 _mini_batch_step(
-                    model, optimizer, batch, mini, adv, mini_old, mini_ref, hp, acc, progress, shared
+                    model, optimizer, batch, shard, adv, mini_old, mini_ref, hp, acc, progress, shared, accelerator
                 )
         optimizer.zero_grad(set_to_none=True)
         model.train(was_training)
+    if accelerator is not None:
+        acc = acc.summed_over(accelerator)
 
     signal = group_ids[adv != 0].unique()
     return UpdateResult(

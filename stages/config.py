@@ -223,6 +223,9 @@ class TrainConfig(Section):
     reference is the base model with the adapter disabled (no second model in memory)."""
     lora_alpha: float = Field(32.0, gt=0.0)
     """LoRA scaling numerator (the adapter's update is scaled by lora_alpha / lora_rank)."""
+    accelerate_config: str | None = None
+    """An accelerate config file (`configs/accelerate/`): the update runs under `accelerate launch` over
+    its processes, data-parallel (`stages/distributed_update.py`); unset: in the flow's process."""
     shared_prefix: bool = True
     """Encode a group's common prompt once in every log-prob pass (exact; `rl.shared_prefix`). With it a
     micro-batch holds rows of one group, so `micro_batch_size: k` encodes each prompt once per pass."""

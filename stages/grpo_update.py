@@ -10,9 +10,17 @@ from __future__ import annotations
 
 import shutil
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
+from stages.config import CoevolveConfig
 from stages.context import RunContext
 from stages.runner import StageDef, StageResult
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from stages.policy import Policy
 
 
 def _inputs(ctx: RunContext, round_: int) -> dict[str, str]:
@@ -20,22 +28,22 @@ def _inputs(ctx: RunContext, round_: int) -> dict[str, str]:
     return {"samples": samples, "policy": ctx.policy_after(round_ - 1)[0]}
 
 
-def _hyperparams(ctx: RunContext):
+def hyperparams(config: CoevolveConfig):
     from rl.update import UpdateHyperparams
 
-    t = ctx.config.train
+    t = config.train
     return UpdateHyperparams(
         lr=t.lr, clip_low=t.clip_low, clip_high=t.clip_high, beta=t.beta, micro_batch_size=t.micro_batch_size,
         epochs=t.epochs, mini_batches=t.mini_batches, max_grad_norm=t.max_grad_norm,
-        temperature=ctx.config.rollout.temperature, weight_decay=t.weight_decay,
+        temperature=config.rollout.temperature, weight_decay=t.weight_decay,
         shared_prefix=t.shared_prefix,
     )
 
 
-def _batch(ctx: RunContext, round_: int):
+def sample_batch(table: pa.Table):
+    """The `samples` artifact of a rollout as a `SampleBatch` (group ids numbered by first appearance)."""
     from rl.batch import SampleBatch
 
-    table = ctx.store.read(round_, "rollout", "samples")
     groups = {g: i for i, g in enumerate(dict.fromkeys(table.column("group_id").to_pylist()))}
     return SampleBatch(
         input_ids=table.column("input_ids").to_pylist(),
@@ -46,22 +54,18 @@ def _batch(ctx: RunContext, round_: int):
 
 
 def update_policy(ctx: RunContext, round_: int, key: str) -> StageResult:
-    from rl.checkpoint import save_checkpoint
-    from rl.update import grpo_update, progress_total
-
     policy = ctx.use_policy(round_ - 1)
     base = policy.version
-    batch, hp = _batch(ctx, round_), _hyperparams(ctx)
-    reference = policy.reference_model() if hp.beta > 0 else None
-    started = time.perf_counter()
-    with ctx.progress(f"round {round_} update", progress_total(batch, hp)) as advance:
-        result = grpo_update(policy.model, reference, policy.make_optimizer(), batch, hp, progress=advance)
     version = f"r{round_}-{key[:12]}"
     checkpoint = ctx.store.layout.checkpoint_dir(round_)
-    save_checkpoint(policy.model, policy.tokenizer, policy.optimizer, checkpoint)
-    policy.publish(version, checkpoint)
+    started = time.perf_counter()
+    if ctx.config.train.accelerate_config:
+        metrics = _launched_update(ctx, round_, checkpoint)
+        policy.ensure(version, checkpoint)  # the flow's policy (and its servers) now hold the new weights
+    else:
+        metrics = _in_process_update(ctx, round_, policy, checkpoint)
+        policy.publish(version, checkpoint)
     _prune_checkpoints(ctx, round_)
-    metrics = result.as_dict()
     row = {
         "step": round_, "base_version": base, "policy_version": version,
         "loss": metrics["loss"], "pg_loss": metrics["pg_loss"], "kl": metrics["kl"],
@@ -73,6 +77,30 @@ def update_policy(ctx: RunContext, round_: int, key: str) -> StageResult:
     outputs = {"policy_version": version, "checkpoint": str(checkpoint), **{k: row[k] for k in (
         "loss", "kl", "grad_norm", "tokens", "groups_with_signal", "seconds")}}
     return StageResult({"updates": [row]}, outputs)
+
+
+def _in_process_update(ctx: RunContext, round_: int, policy: Policy, checkpoint: Path) -> dict[str, float]:
+    from rl.checkpoint import save_checkpoint
+    from rl.update import grpo_update, progress_total
+
+    batch, hp = sample_batch(ctx.store.read(round_, "rollout", "samples")), hyperparams(ctx.config)
+    reference = policy.reference_model() if hp.beta > 0 else None
+    with ctx.progress(f"round {round_} update", progress_total(batch, hp)) as advance:
+        result = grpo_update(policy.model, reference, policy.make_optimizer(), batch, hp, progress=advance)
+    save_checkpoint(policy.model, policy.tokenizer, policy.optimizer, checkpoint)
+    return result.as_dict()
+
+
+def _launched_update(ctx: RunContext, round_: int, checkpoint: Path) -> dict[str, float]:
+    """The update under `accelerate launch` (`stages.distributed_update`), its log under the round's
+    checkpoint folder."""
+    from stages.distributed_update import launch_update
+
+    job_dir = checkpoint.with_name(f"{checkpoint.name}.launch")
+    if not ctx.quiet:
+        print(f"round {round_} update: accelerate launch ({ctx.config.train.accelerate_config}), log {job_dir}")
+    return launch_update(ctx.config, root=ctx.store.layout.root, run=ctx.run, round_=round_,
+                         previous=ctx.policy_after(round_ - 1), checkpoint=checkpoint, job_dir=job_dir)  # fmt: skip
 
 
 def _prune_checkpoints(ctx: RunContext, round_: int) -> None:

@@ -308,3 +308,15 @@ def test_single_step_update_reuses_its_forward_as_old_logprobs(beta, monkeypatch
     assert slow in calls
     for name, grad in recorded_fast.grads[0].items():
         torch.testing.assert_close(grad, recorded_slow.grads[0][name], rtol=1e-5, atol=1e-6)
+
+
+def test_shard_plan_deals_micro_batches_round_robin_and_keeps_the_whole_token_count():
+    from rl.update import shard_plan
+
+    batch = make_batch(SIGNAL)
+    plan = [[[0, 1], [2, 3], [4, 5]], [[6, 7]]]
+    whole = [batch.policy_tokens([0, 1, 2, 3, 4, 5]), batch.policy_tokens([6, 7])]
+    first, second = shard_plan(batch, plan, 0, 2), shard_plan(batch, plan, 1, 2)
+    assert [s.micro for s in first] == [[[0, 1], [4, 5]], [[6, 7]]]
+    assert [s.micro for s in second] == [[[2, 3]], []]  # nothing to do in the second step: no gradient
+    assert [s.num_tokens for s in first] == [s.num_tokens for s in second] == whole

@@ -1,0 +1,113 @@
+"""grpo_update over several processes (GPUs, or CPU processes): `accelerate launch`, started by the stage.
+
+With `train.accelerate_config` set, the grpo_update stage writes a job file and runs
+
+    accelerate launch --config_file <train.accelerate_config> -m stages.distributed_update <job.json>
+
+Every process loads the policy the round starts from (the base model, or the previous round's checkpoint
+with its optimizer state), reads the round's `samples` from the run store, and runs `rl.update.grpo_update`
+with its `accelerate.Accelerator`: data-parallel micro-batches, gradients summed over processes, the same
+optimizer step everywhere. Process 0 saves the checkpoint (weights, tokenizer, optimizer state) and the
+update's metrics; the stage then loads that checkpoint into the flow's policy (and publishes it to the
+inference servers), so the flow and every other stage are unchanged.
+
+Processes come from the accelerate config (`num_processes`, GPUs per process; `configs/accelerate/`).
+With `model.device: cpu` they are CPU processes talking over gloo (what the tests run); with `cuda` each
+takes the GPU of its local rank. Every process holds the whole model and optimizer: data parallelism,
+not DeepSpeed ZeRO or FSDP sharding. Multi-node: the stage launches on its own machine only.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stages.config import CoevolveConfig
+
+JOB_FILE = "job.json"
+METRICS_FILE = "metrics.json"
+LOG_FILE = "launch.log"
+
+
+def launch_update(
+    config: CoevolveConfig,
+    *,
+    root: Path,
+    run: str,
+    round_: int,
+    previous: tuple[str, Path | None],
+    checkpoint: Path,
+    job_dir: Path,
+) -> dict[str, float]:
+    """Run the update of `round_` under `accelerate launch`; returns the metrics process 0 wrote."""
+    launcher = Path(config.train.accelerate_config or "")
+    if not launcher.is_file():
+        raise FileNotFoundError(f"train.accelerate_config: no accelerate config file at {str(launcher)!r}")
+    accelerate = Path(sys.executable).with_name("accelerate")
+    job_dir.mkdir(parents=True, exist_ok=True)
+    (job_dir / METRICS_FILE).unlink(missing_ok=True)
+    job = {
+        "config": config.to_yaml(), "root": str(root), "run": run, "round": round_,
+        "previous_version": previous[0], "previous_checkpoint": str(previous[1]) if previous[1] else None,
+        "checkpoint": str(checkpoint), "metrics": str(job_dir / METRICS_FILE),
+    }  # fmt: skip
+    (job_dir / JOB_FILE).write_text(json.dumps(job, indent=2) + "\n")
+    command = [str(accelerate), "launch", "--config_file", str(launcher), "-m", "stages.distributed_update",
+               str(job_dir / JOB_FILE)]  # fmt: skip
+    with open(job_dir / LOG_FILE, "w") as log:
+        code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT).returncode
+    metrics = job_dir / METRICS_FILE
+    if code or not metrics.is_file():
+        tail = (job_dir / LOG_FILE).read_text()[-3000:]
+        raise RuntimeError(f"accelerate launch of the round {round_} update failed (exit {code}); "
+                           f"log {job_dir / LOG_FILE}:\n{tail}")  # fmt: skip
+    return json.loads(metrics.read_text())
+
+
+def run_job(job: dict[str, Any]) -> None:
+    """One process of a launched update (see the module docstring)."""
+    from accelerate import Accelerator
+
+    from llm.models import load_model
+    from rl.checkpoint import load_optimizer_state, save_checkpoint
+    from rl.update import grpo_update, make_optimizer
+    from stages.grpo_update import hyperparams, sample_batch
+    from stages.policy import load_checkpoint_weights, with_lora_adapter
+    from storage.layout import RunLayout
+    from storage.store import RunStore
+
+    config = CoevolveConfig.model_validate(yaml.safe_load(job["config"]))
+    model_cfg, train = config.model, config.train
+    accelerator = Accelerator(cpu=model_cfg.device == "cpu")
+    device = str(accelerator.device)
+    model, tokenizer = load_model(model_cfg.name, dtype=model_cfg.dtype, device=device)
+    if train.lora_rank:
+        model = with_lora_adapter(model, train)
+    optimizer = make_optimizer(model, train.lr, train.weight_decay)
+    if job["previous_checkpoint"]:
+        checkpoint = Path(job["previous_checkpoint"])
+        load_checkpoint_weights(model, checkpoint, job["previous_version"], lora=bool(train.lora_rank))
+        load_optimizer_state(optimizer, checkpoint)
+    hp = hyperparams(config)
+    reference = None
+    if hp.beta > 0 and not train.lora_rank:  # with LoRA the reference is the adapter disabled
+        reference, _ = load_model(model_cfg.name, dtype=model_cfg.dtype, device=device)
+        reference.eval().requires_grad_(False)
+    store = RunStore(RunLayout(Path(job["root"]), job["run"]))
+    batch = sample_batch(store.read(job["round"], "rollout", "samples"))
+    result = grpo_update(model, reference, optimizer, batch, hp, accelerator=accelerator)
+    if accelerator.is_main_process:
+        save_checkpoint(model, tokenizer, optimizer, Path(job["checkpoint"]))
+        metrics = {**result.as_dict(), "processes": accelerator.num_processes}
+        Path(job["metrics"]).write_text(json.dumps(metrics, indent=2) + "\n")
+    accelerator.wait_for_everyone()
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    run_job(json.loads(Path(sys.argv[1]).read_text()))

@@ -1,0 +1,103 @@
+"""grpo_update under `accelerate launch` (`train.accelerate_config`): two CPU processes over gloo give the
+update one process gives, round after round (the second round starts from the first one's checkpoint and
+optimizer state), and the flow's policy holds the new weights afterwards.
+
+The tiny random model never earns a reward, so its groups would carry no signal: rollouts come from the
+named fake `OracleEngine` (solves every other episode); the tiny model is what both paths train.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.conftest import CONFIGS
+
+pytestmark = pytest.mark.slow
+
+
+def _weights(checkpoint) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return {k: v for f in sorted(checkpoint.glob("*.safetensors")) for k, v in load_file(str(f)).items()}
+
+
+@pytest.fixture
+def oracle_rollouts(monkeypatch):
+    import envs
+    from flows.config import load_config
+    from stages.policy import Policy
+    from tests.fakes.teacher import OracleEngine
+
+    load_base = Policy.load_base
+
+    def load_base_with_oracle(self):
+        load_base(self)
+        cfg = load_config(CONFIGS / "test-tiny.yaml")
+        train = envs.make(cfg.env.name, **cfg.env.options).tasks("train")
+        self.engine = OracleEngine(self.tokenizer, train, solve="alternate", version=self.version)
+
+    monkeypatch.setattr(Policy, "load_base", load_base_with_oracle)
+
+
+def test_two_processes_update_like_one(tmp_path, oracle_rollouts):
+    from flows.config import load_config
+    from stages.bootstrap import BOOTSTRAP
+    from stages.context import RunContext
+    from stages.grpo_update import GRPO_UPDATE
+    from stages.rollout import ROLLOUT
+    from stages.runner import run_stage
+    from storage.catalog import query
+
+    launcher = CONFIGS / "accelerate" / "two-processes.yaml"
+    contexts = {}
+    for run, overrides in [("one", []), ("two", [f"train.accelerate_config={launcher}"])]:
+        ctx = RunContext.create(load_config(CONFIGS / "test-tiny.yaml", overrides), run, tmp_path, quiet=True)
+        run_stage(BOOTSTRAP, ctx, 0)
+        for round_ in (0, 1):
+            run_stage(ROLLOUT, ctx, round_)
+            run_stage(GRPO_UPDATE, ctx, round_)
+        contexts[run] = ctx
+
+    launched = contexts["two"].store.layout.checkpoint_dir(1).with_name("round=1.launch")
+    assert json.loads((launched / "metrics.json").read_text())["processes"] == 2
+    samples = query(tmp_path, "SELECT run, round, input_ids, reward FROM samples ORDER BY ALL").to_pylist()
+    by_run = {run: [(s["round"], s["input_ids"], s["reward"]) for s in samples if s["run"] == run]
+              for run in contexts}  # fmt: skip
+    assert by_run["one"] == by_run["two"]  # round 1 sampled from equal updated policies
+
+    updates = query(tmp_path, "SELECT run, round, loss, grad_norm, tokens, groups_with_signal FROM updates "
+                              "ORDER BY round, run").to_pylist()  # fmt: skip
+    for one, two in zip(updates[0::2], updates[1::2], strict=True):
+        assert one["tokens"] == two["tokens"] and one["groups_with_signal"] == two["groups_with_signal"] > 0
+        assert one["grad_norm"] == pytest.approx(two["grad_norm"], rel=1e-5)
+        assert one["loss"] == pytest.approx(two["loss"], rel=1e-4, abs=1e-7)
+    for round_ in (0, 1):
+        one = _weights(contexts["one"].store.layout.checkpoint_dir(round_))
+        two = _weights(contexts["two"].store.layout.checkpoint_dir(round_))
+        assert one.keys() == two.keys()
+        for name in one:
+            torch.testing.assert_close(two[name], one[name], rtol=0, atol=1e-6)
+
+    # the flow's in-memory policy is the launched update's result
+    policy = contexts["two"].policy
+    in_memory = {k: v for k, v in policy.model.state_dict().items() if k in two}
+    assert in_memory and all(torch.equal(in_memory[k], two[k]) for k in in_memory)
+
+
+def test_a_missing_accelerate_config_names_the_field(tmp_path):
+    from flows.config import load_config
+    from stages.bootstrap import BOOTSTRAP
+    from stages.context import RunContext
+    from stages.grpo_update import GRPO_UPDATE
+    from stages.rollout import ROLLOUT
+    from stages.runner import run_stage
+
+    config = load_config(CONFIGS / "test-tiny.yaml", ["train.accelerate_config=nowhere/accelerate.yaml"])
+    ctx = RunContext.create(config, "broken", tmp_path, quiet=True)
+    run_stage(BOOTSTRAP, ctx, 0)
+    run_stage(ROLLOUT, ctx, 0)
+    with pytest.raises(FileNotFoundError, match="train.accelerate_config: no accelerate config file"):
+        run_stage(GRPO_UPDATE, ctx, 0)
