@@ -24,7 +24,7 @@ Steps of `grpo_update`:
    accumulated over its micro-batches with the loss divided by the mini-batch's policy-token count,
    then grad-norm clipping and ``optimizer.step()``.
 
-Data-parallel (``accelerator``, an `accelerate.Accelerator` over several processes; `rl.distributed`):
+Data-parallel (``accelerator``, an `accelerate.Accelerator` over several processes; `stages.distributed_update`):
 every process holds the whole batch and the same weights, and takes micro-batches ``rank, rank + world,
 ...`` of each mini-batch; its losses are still divided by the *whole* mini-batch's token count, and the
 gradients are summed over processes (one all-reduce) before clipping, so every process takes exactly the

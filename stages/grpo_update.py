@@ -4,6 +4,10 @@ Reads `samples` of rollout r and the policy after round r-1; trains the in-memor
 own model object on CPU), saves a checkpoint in HF layout under `checkpoints/round=r/`, and writes one
 `updates` row. The new policy version is derived from this stage's cache key, so a resumed run finds
 exactly the checkpoint that belongs to its inputs.
+
+With `train.accelerate_config` the update runs under `accelerate launch` instead
+(`stages.distributed_update`, log in `checkpoints/round=r.launch/`), and the in-memory policy then loads
+the checkpoint it wrote.
 """
 
 from __future__ import annotations
