@@ -162,7 +162,9 @@ def bootstrap_difference(
     evals: pl.DataFrame, a: str, b: str, *, updates: int, iterations: int = 2000, seed: int = 0
 ) -> tuple[float, float, float] | None:
     """Mean held-out success of arm `a` minus arm `b` after `updates` updates, with a 95 % percentile
-    interval from resampling seeds (per arm) and tasks (shared by both arms) with replacement."""
+    interval from resampling seeds and tasks with replacement. Tasks are shared by both arms; so are
+    seeds when both arms ran the same seeds (a seed fixes the task draws and the sampling RNG of both,
+    so the comparison is paired: common random numbers), else each arm's seeds are drawn on their own."""
     final = evals.filter(pl.col("updates") == updates)
     table: dict[tuple[str, int], dict[str, int]] = {}
     for row in final.iter_rows(named=True):
@@ -184,8 +186,9 @@ def bootstrap_difference(
     draws = []
     for _ in range(iterations):
         task_draw = rng.choices(tasks, k=len(tasks))
-        diff = mean(a, rng.choices(seeds[a], k=len(seeds[a])), task_draw)
-        draws.append(diff - mean(b, rng.choices(seeds[b], k=len(seeds[b])), task_draw))
+        seed_a = rng.choices(seeds[a], k=len(seeds[a]))
+        seed_b = seed_a if seeds[a] == seeds[b] else rng.choices(seeds[b], k=len(seeds[b]))
+        draws.append(mean(a, seed_a, task_draw) - mean(b, seed_b, task_draw))
     draws.sort()
     return point, draws[int(0.025 * iterations)], draws[int(0.975 * iterations) - 1]
 

@@ -24,6 +24,16 @@ def test_bootstrap_interval_brackets_the_point_estimate():
     assert bootstrap_difference(pl.DataFrame(rows), "coevolve", "grpo", updates=5) is None
 
 
+def test_arms_identical_seed_by_seed_differ_by_exactly_zero():
+    from benchmarks.learning import bootstrap_difference
+
+    rows = [
+        {"arm": arm, "seed": seed, "updates": 3, "split": "test", "task_id": f"t{t}", "success": int((t + seed) % 3 == 0)}
+        for arm in ("coevolve", "grpo") for seed in (0, 1) for t in range(12)
+    ]  # fmt: skip
+    assert bootstrap_difference(pl.DataFrame(rows), "coevolve", "grpo", updates=3) == (0.0, 0.0, 0.0)
+
+
 def test_quick_plan_runs_and_reports(tmp_path, monkeypatch, prefect_api):
     from benchmarks.learning import Plan, run_benchmark
 
