@@ -30,16 +30,13 @@ def prefect_api():
         yield
 
 
-def run_evolved(root: Path, run: str = "evo", rounds: int = 2) -> dict:
-    """test-tiny.yaml with `evolve.every=1` through the real flow, with the named fakes that make every
-    evolution phase produce rows: an oracle policy engine that solves every other episode (boundary
-    signals) and the scripted teacher (see tests/integration/test_evolution_tiny.py). Needs a Prefect API."""
+def use_oracle_engine(mp: pytest.MonkeyPatch) -> None:
+    """Make every policy loaded from now on generate with the named fake `OracleEngine` (solves every
+    other episode of a test-tiny training task); the tiny model is still the one trained."""
     import envs
-    import stages.teacher
-    from flows.coevolve import coevolve
     from flows.config import load_config
     from stages.policy import Policy
-    from tests.fakes.teacher import OracleEngine, ScriptedTeacher
+    from tests.fakes.teacher import OracleEngine
 
     load_base = Policy.load_base
 
@@ -49,11 +46,22 @@ def run_evolved(root: Path, run: str = "evo", rounds: int = 2) -> dict:
         train = envs.make(cfg.env.name, **cfg.env.options).tasks("train")
         self.engine = OracleEngine(self.tokenizer, train, solve="alternate", version=self.version)
 
+    mp.setattr(Policy, "load_base", load_base_with_oracle)
+
+
+def run_evolved(root: Path, run: str = "evo", rounds: int = 2) -> dict:
+    """test-tiny.yaml with `evolve.every=1` through the real flow, with the named fakes that make every
+    evolution phase produce rows: an oracle policy engine that solves every other episode (boundary
+    signals) and the scripted teacher (see tests/integration/test_evolution_tiny.py). Needs a Prefect API."""
+    import stages.teacher
+    from flows.coevolve import coevolve
+    from tests.fakes.teacher import ScriptedTeacher
+
     def scripted(ctx, round_):
         return ScriptedTeacher(ctx.use_policy(round_ - 1).tokenizer, ctx.env_tasks("train"))
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(Policy, "load_base", load_base_with_oracle)
+        use_oracle_engine(mp)
         mp.setattr(stages.teacher, "make_teacher", scripted)
         mp.setenv("COEVOLVE_HOME", str(root))
         return coevolve(str(CONFIGS / "test-tiny.yaml"), run=run, rounds=rounds, overrides=["evolve.every=1"])

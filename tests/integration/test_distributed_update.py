@@ -13,7 +13,7 @@ import json
 import pytest
 import torch
 
-from tests.conftest import CONFIGS
+from tests.conftest import CONFIGS, use_oracle_engine
 
 pytestmark = pytest.mark.slow
 
@@ -26,20 +26,7 @@ def _weights(checkpoint) -> dict[str, torch.Tensor]:
 
 @pytest.fixture
 def oracle_rollouts(monkeypatch):
-    import envs
-    from flows.config import load_config
-    from stages.policy import Policy
-    from tests.fakes.teacher import OracleEngine
-
-    load_base = Policy.load_base
-
-    def load_base_with_oracle(self):
-        load_base(self)
-        cfg = load_config(CONFIGS / "test-tiny.yaml")
-        train = envs.make(cfg.env.name, **cfg.env.options).tasks("train")
-        self.engine = OracleEngine(self.tokenizer, train, solve="alternate", version=self.version)
-
-    monkeypatch.setattr(Policy, "load_base", load_base_with_oracle)
+    use_oracle_engine(monkeypatch)
 
 
 def test_two_processes_update_like_one(tmp_path, oracle_rollouts):
