@@ -2,8 +2,9 @@
 
     coevolve bench learning [--quick]        # = python -m benchmarks.learning
 
-`--quick` (22 minutes on 2 cores once the warm start is built, benchmarks/RESULTS.md): grpo and coevolve only, one seed, 2 rounds, 8 tasks per eval
-split. The full suite: every arm, 3 seeds of grpo and coevolve, the config's `run.rounds` (3).
+`--quick` (22 minutes on 2 cores once the warm start is built, benchmarks/RESULTS.md): grpo and
+coevolve only, one seed, 2 rounds, 8 tasks per eval split. The full suite: every arm, 3 seeds of grpo
+and coevolve, the config's `run.rounds` (3).
 
 Every arm is an ordinary run of the `coevolve` flow on the same config (`configs/learning-smollm2.yaml`
 by default) with one set of overrides, the same seeds, the same evaluation (greedy, fixed task samples
