@@ -131,6 +131,9 @@ class EvolveConfig(Section):
     verify: bool = True
     """Verify synthesized tasks in the environment before merging. False = the no-verification ablation:
     every parsed candidate is admitted with a lenient checker."""
+    grounding: float = Field(0.5, ge=0.0, le=1.0)
+    """Verification: least share of the literals a synthesized query names (numbers, identifiers with a
+    digit, paths, quoted text) that its solution must use or read; 0 turns the check off."""
     verify_attempts: int = Field(1, ge=1)
     """K: policy attempts per verified candidate (outcome from the best one)."""
     verify_greedy: bool = True

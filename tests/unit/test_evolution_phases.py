@@ -19,7 +19,7 @@ from stages.abstract import Group, abstract_groups, build_groups, jaccard, solut
 from stages.explore import Target, exploration_artifacts, explore, select_signals
 from stages.merge import admitted_tasks, merge_dataset
 from stages.triples import build_triples, group_id
-from stages.verify import VerifySettings, candidate_task, verify_candidates
+from stages.verify import VerifySettings, candidate_task, query_literals, verify_candidates
 from tests.fakes.teacher import OracleEngine, ScriptedTeacher
 
 ENV_OPTIONS = {"seed": 0, "n_train": 40, "n_test": 8, "n_heldout": 8}
@@ -322,10 +322,24 @@ def verified(tokenizer, world):
         ),
         candidate(
             bank,
-            f"Read {acc_a}.",
+            f"Read {acc_a}.",  # no answer named: the balance it reads becomes the answer
             [{"name": "get_balance", "arguments": {"account_id": acc_a}}],
             [],
+            "read",
+        ),
+        candidate(
+            bank,
+            "Show me my accounts.",
+            [{"name": "list_accounts", "arguments": {}}],
+            [],
             "noeffect",
+        ),
+        candidate(
+            bank,
+            f"Transfer 125.39 from {acc_a} to {acc_b}.",  # a small teacher's mismatched pair
+            [{"name": "get_balance", "arguments": {"account_id": acc_a}}],
+            [],
+            "ungrounded",
         ),
         candidate(
             messages,
@@ -350,23 +364,45 @@ def verified(tokenizer, world):
         policy, make_env, rows, world.test, lineage, VerifySettings(attempts=2), run="t", round_=3
     )
     return SimpleNamespace(
-        rows=rows, out=out, by_candidate={v["candidate_id"]: v for v in out["verifications"]}
+        rows=rows,
+        out=out,
+        by_candidate={v["candidate_id"]: v for v in out["verifications"]},
+        accounts=(acc_a, acc_b),
+        balance_a=a["balance"],
     )
 
 
 def test_verify_outcomes(verified):
     v = verified.by_candidate
-    assert set(v) == {"accept", "retain", "zero", "noeffect", "unsolvable", "badcall", "contaminated"}
+    assert set(v) == {
+        "accept", "retain", "zero", "read", "noeffect", "ungrounded", "unsolvable", "badcall", "contaminated"
+    }  # fmt: skip
     assert (v["accept"]["outcome"], v["accept"]["reward"], v["accept"]["success"]) == ("accept", 1.0, True)
     assert v["retain"]["outcome"] == "retain" and 0 < v["retain"]["reward"] < 0.5
     assert (v["zero"]["outcome"], v["zero"]["reward"]) == ("discard", 0.0)
     assert v["zero"]["reason"] == "the policy failed with zero reward (2 attempts)"
-    assert v["noeffect"]["reason"].startswith("no effect")
+    assert v["noeffect"]["reason"].startswith("no effect") and "new values (at most 3" in v["noeffect"]["reason"]
+    assert v["ungrounded"]["reason"] == (
+        f"ungrounded: the query names 125.39, {verified.accounts[1]}, which the solution neither uses nor "
+        "reads (1 of 3 literals grounded)"
+    )
     assert v["unsolvable"]["reason"].startswith("unsolvable: argument Thanks a lot of send_message")
     assert v["badcall"]["reason"].startswith("replay: reference call teleport() failed")
     assert v["contaminated"]["reason"].startswith("contamination: near-duplicate of held-out task")
-    for name in ("noeffect", "unsolvable", "badcall", "contaminated"):
+    for name in ("noeffect", "ungrounded", "unsolvable", "badcall", "contaminated"):
         assert v[name]["outcome"] == "discard" and v[name]["attempts"] == 0 and v[name]["task"] is None
+
+
+def test_a_read_only_candidate_without_answers_asks_for_what_its_solution_reads(verified):
+    row = verified.by_candidate["read"]
+    assert json.loads(row["checker"])["answers"] == [[str(verified.balance_a)]]  # not the account it names
+    assert (row["outcome"], row["attempts"]) == ("retain", 2)  # the fake policy does not know it
+    assert row["reason"].endswith(f"answers read from the solution's last result: {verified.balance_a}")
+
+
+def test_query_literals_are_numbers_identifiers_paths_and_quoted_text():
+    query = "Transfer 125.39 from TRV-4 to BIZ-3. Write 'see you' to /work/a.txt, don't wait. At 10:00."
+    assert query_literals(query) == ["125.39", "TRV-4", "BIZ-3", "see you", "/work/a.txt", "10", "00"]
 
 
 def test_verify_admits_a_task_with_checker_lineage_and_attempt_trajectories(verified, world):
@@ -393,7 +429,7 @@ def test_verify_admits_a_task_with_checker_lineage_and_attempt_trajectories(veri
     trajectories = verified.out["trajectories"]
     assert {t["source"] for t in trajectories} == {"verify"} and len(
         trajectories
-    ) == 3 * 2  # 3 attempted, K=2
+    ) == 4 * 2  # 4 attempted, K=2
     # the admitted task is scored by its verifiable checker like any task
     from stages.datasets import task_from_row
 
@@ -430,7 +466,7 @@ def test_merge_admits_configured_outcomes_once_with_weights(verified):
     both = admitted_tasks(verifications, ("accept", "retain"), known=set())
     only = admitted_tasks(verifications, ("accept",), known=set())
     assert [t["task_id"] for t in only] == [verified.by_candidate["accept"]["task_id"]]
-    assert len(both) == 2
+    assert len(both) == 3  # accept, retain and the retained read-only task
     assert (
         admitted_tasks(verifications + verifications, ("accept", "retain"), known={only[0]["task_id"]})
         == both[1:]
