@@ -40,6 +40,8 @@ import argparse
 import json
 import os
 import random
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -76,15 +78,20 @@ class Plan:
     overrides: tuple[str, ...] = ()
     warm_start: WarmStart | None = WarmStart()
     """Every arm starts from the config's policy fine-tuned on reference solutions (`rl.warm_start`)."""
+    jobs: int = 1
+    """Runs at once, each in its own `coevolve run` process with the cores split between them."""
 
     @classmethod
     def make(cls, *, quick: bool, config: Path = DEFAULT_CONFIG, rounds: int | None = None,
              seeds: int | None = None, arms: Sequence[str] | None = None,
-             overrides: Sequence[str] = (), warm_start_tasks: int = WarmStart.tasks) -> Plan:  # fmt: skip
+             overrides: Sequence[str] = (), warm_start_tasks: int = WarmStart.tasks,
+             jobs: int = 1) -> Plan:  # fmt: skip
         """The full suite, or `quick`: grpo and coevolve, one seed, 2 rounds, 8 tasks per eval split."""
         unknown = sorted(set(arms or ()) - set(ARMS))
         if unknown:
             raise ValueError(f"unknown arms {unknown}; known: {', '.join(ARMS)}")
+        if jobs < 1:
+            raise ValueError(f"jobs must be >= 1, got {jobs}")
         return cls(
             config=config,
             rounds=rounds if rounds is not None else (2 if quick else _config_rounds(config)),
@@ -92,6 +99,7 @@ class Plan:
             arms=tuple(arms) if arms else (QUICK_ARMS if quick else tuple(ARMS)),
             overrides=(*QUICK_OVERRIDES, *overrides) if quick else tuple(overrides),
             warm_start=WarmStart(tasks=warm_start_tasks) if warm_start_tasks else None,
+            jobs=jobs,
         )
 
     def runs(self) -> list[tuple[str, int]]:
@@ -114,8 +122,14 @@ def run_name(arm: str, seed: int) -> str:
     return f"learning-{arm}-s{seed}"
 
 
-def run_arms(plan: Plan) -> dict[str, float]:
+def run_overrides(plan: Plan, arm: str, seed: int) -> list[str]:
+    return [f"run.seed={seed}", *plan.overrides, *ARMS[arm]]
+
+
+def run_arms(plan: Plan, root: Path) -> dict[str, float]:
     """Run (or finish) every run of `plan` through the real flow; returns wall seconds per run."""
+    if plan.jobs > 1:
+        return run_arms_in_processes(plan, root)
     from flows.coevolve import coevolve
 
     seconds = {}
@@ -123,9 +137,47 @@ def run_arms(plan: Plan) -> dict[str, float]:
         name = run_name(arm, seed)
         print(f"--- {name}: {plan.rounds} rounds, overrides {' '.join(ARMS[arm]) or '(none)'}", flush=True)
         started = time.perf_counter()
-        coevolve(str(plan.config), run=name, rounds=plan.rounds,
-                 overrides=[f"run.seed={seed}", *plan.overrides, *ARMS[arm]])  # fmt: skip
+        coevolve(str(plan.config), run=name, rounds=plan.rounds, overrides=run_overrides(plan, arm, seed))
         seconds[name] = time.perf_counter() - started
+    return seconds
+
+
+def run_command(plan: Plan, arm: str, seed: int, root: Path) -> list[str]:
+    """The `coevolve run` command line of one run."""
+    sets = [arg for override in run_overrides(plan, arm, seed) for arg in ("--set", override)]
+    return [sys.executable, "-m", "flows.cli", "run", str(plan.config), "--run", run_name(arm, seed),
+            "--rounds", str(plan.rounds), "--root", str(root), *sets]  # fmt: skip
+
+
+def run_arms_in_processes(plan: Plan, root: Path) -> dict[str, float]:
+    """`plan.jobs` runs at a time, each a `coevolve run` process with `cores // jobs` threads, its output
+    in `<root>/learning-logs/<run>.log`; raises naming every run that failed (the others finish)."""
+    logs = root / "learning-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    threads = str(max(1, (os.cpu_count() or 1) // plan.jobs))
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+    waiting, running, seconds, failed = list(plan.runs()), {}, {}, []
+    while waiting or running:
+        while waiting and len(running) < plan.jobs:
+            arm, seed = waiting.pop(0)
+            name, log = run_name(arm, seed), logs / f"{run_name(arm, seed)}.log"
+            print(f"--- {name}: {plan.rounds} rounds, overrides {' '.join(ARMS[arm]) or '(none)'}, log {log}",
+                  flush=True)  # fmt: skip
+            with log.open("w") as out:
+                process = subprocess.Popen(run_command(plan, arm, seed, root), stdout=out,
+                                           stderr=subprocess.STDOUT, env=env)  # fmt: skip
+            running[name] = (process, time.perf_counter(), log)
+        time.sleep(2)
+        for name, (process, started, log) in list(running.items()):
+            if process.poll() is not None:
+                del running[name]
+                seconds[name] = time.perf_counter() - started
+                print(f"--- {name}: {'done' if process.returncode == 0 else 'FAILED'} after "
+                      f"{seconds[name]:.0f} s", flush=True)  # fmt: skip
+                if process.returncode != 0:
+                    failed.append(f"{name} (exit {process.returncode}, log {log})")
+    if failed:
+        raise RuntimeError(f"runs failed: {'; '.join(failed)}")
     return seconds
 
 
@@ -215,7 +267,8 @@ def _scalar_table(root: Path, names: Sequence[str], sql: str, fallback: dict[str
 
 
 def evolution_counts(root: Path, names: Sequence[str]) -> pl.DataFrame:
-    """Per run: signals fired per kind, synthesized tasks accepted/retained, generated tokens."""
+    """Per run: signals fired per kind, synthesized tasks accepted/retained, rollout episodes on them
+    (`synth_rollouts`: what the policy actually trained on), generated tokens."""
     signals = _scalar_table(root, names, """
         SELECT run, kind, count(*) AS n FROM signals WHERE run IN (RUNS) GROUP BY ALL""",
         {"run": pl.String, "kind": pl.String, "n": pl.Int64})  # fmt: skip
@@ -225,6 +278,11 @@ def evolution_counts(root: Path, names: Sequence[str]) -> pl.DataFrame:
     tokens = _scalar_table(root, names, """
         SELECT run, source, sum(completion_tokens) AS tokens FROM trajectories WHERE run IN (RUNS)
         GROUP BY ALL""", {"run": pl.String, "source": pl.String, "tokens": pl.Int64})  # fmt: skip
+    drawn = _scalar_table(root, names, """
+        SELECT run, count(*) AS synth_rollouts FROM trajectories t WHERE run IN (RUNS) AND source = 'rollout'
+        AND task_id IN (SELECT task_id FROM verifications v WHERE v.run = t.run
+                        AND outcome IN ('accept', 'retain')) GROUP BY ALL""",
+        {"run": pl.String, "synth_rollouts": pl.Int64})  # fmt: skip
     base = pl.DataFrame({"run": list(names)})
     kinds = signals.pivot(on="kind", index="run", values="n") if signals.height else base
     admitted = (
@@ -235,6 +293,7 @@ def evolution_counts(root: Path, names: Sequence[str]) -> pl.DataFrame:
     token_cols = tokens.pivot(on="source", index="run", values="tokens") if tokens.height else base
     token_cols = token_cols.rename({c: f"{c}_tokens" for c in token_cols.columns if c != "run"})
     out = base.join(kinds, on="run", how="left").join(admitted, on="run", how="left")
+    out = out.join(drawn, on="run", how="left")
     return out.join(token_cols, on="run", how="left").fill_null(0)
 
 
@@ -374,6 +433,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
     parser.add_argument("--warm-start-tasks", type=int, default=WarmStart.tasks,
                         help="reference episodes of the supervised warm start every arm starts from (0: none)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="runs at once, each in its own process with the cores split between them")
     parser.add_argument("--report-only", action="store_true",
                         help="write the report from the stored runs without running anything")
     parser.add_argument("--root", type=Path, help="storage root (default: COEVOLVE_HOME or runs/)")
@@ -383,7 +444,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         os.environ["COEVOLVE_HOME"] = str(args.root)
     plan = Plan.make(quick=args.quick, config=args.config, rounds=args.rounds, seeds=args.seeds,
                      arms=args.arms, overrides=args.overrides,
-                     warm_start_tasks=args.warm_start_tasks)  # fmt: skip
+                     warm_start_tasks=args.warm_start_tasks, jobs=args.jobs)  # fmt: skip
     print(run_benchmark(plan, args.out, run=not args.report_only))
 
 
@@ -406,7 +467,7 @@ def run_benchmark(plan: Plan, out: Path, *, run: bool = True) -> str:
         checkpoint = (warm_start_checkpoint(config, plan.warm_start, directory) if run
                       else directory / warm_start_key(config, plan.warm_start))  # fmt: skip
         plan = replace(plan, overrides=(*plan.overrides, f"model.name={checkpoint}"))
-    wall = run_arms(plan) if run else {}
+    wall = run_arms(plan, root) if run else {}
     return report(root, plan, out, wall)
 
 

@@ -352,6 +352,8 @@ def bench_learning(
         "benchmarks/learning"),
     warm_start_tasks: Annotated[int, typer.Option(
         help="Reference episodes of the supervised warm start every arm starts from (0: none).")] = 48,
+    jobs: Annotated[int, typer.Option(
+        help="Runs at once, each in its own `coevolve run` process with the cores split between them.")] = 1,
     overrides: Overrides = None,
     root: RootOption = None,
 ) -> None:
@@ -362,7 +364,7 @@ def bench_learning(
 
     try:
         plan = Plan.make(quick=quick, config=config, rounds=rounds, seeds=seeds, arms=arms,
-                         overrides=overrides or [], warm_start_tasks=warm_start_tasks)
+                         overrides=overrides or [], warm_start_tasks=warm_start_tasks, jobs=jobs)
         from flows.config import load_config
 
         load_config(plan.config, list(plan.overrides))  # a config mistake fails before any run starts
@@ -375,3 +377,7 @@ def bench_learning(
 
 def main() -> None:  # pragma: no cover - console entry point
     app(sys.argv[1:])
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m flows.cli`
+    main()

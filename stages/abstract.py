@@ -301,23 +301,29 @@ def abstract_groups(
     duplicate_jaccard: float,
     existing: list[Task],
     seed: int,
+    samples: int = 1,
 ) -> list[dict]:
-    """Candidate rows of every group (groups without a successful call give one `invalid` row)."""
+    """Candidate rows of every group (groups without a successful call give one `invalid` row).
+
+    `samples` teacher replies per group (one sampled batch); a reply identical to an earlier one of its
+    group adds nothing and is dropped, the others are parsed in order."""
     asking = [g for g in groups if g.calls]
-    conversations = [abstract_messages(g, offered_tools(make_env, g.task), max_tasks) for g in asking]
+    messages = [abstract_messages(g, offered_tools(make_env, g.task), max_tasks) for g in asking]
+    conversations = [m for m in messages for _ in range(samples)]
     sampling = teacher.settings.text_sampling(seed)
     replies = (
         teacher.complete(conversations, sampling, reply_prefix=teachers.ABSTRACT_PREFIX)
         if conversations
         else []
     )
-    reply_of = {g.group_id: r for g, r in zip(asking, replies, strict=True)}
+    replies_of = {
+        g.group_id: list(dict.fromkeys(replies[i * samples : (i + 1) * samples])) for i, g in enumerate(asking)
+    }
     rows = []
     for g in groups:
-        if g.group_id in reply_of:
-            rows += candidate_rows(
-                g, reply_of[g.group_id], env=env, teacher=teacher.version, max_tasks=max_tasks
-            )
+        if g.group_id in replies_of:
+            for reply in replies_of[g.group_id]:
+                rows += candidate_rows(g, reply, env=env, teacher=teacher.version, max_tasks=max_tasks)
         else:
             base = _base_row(g, "", env=env, teacher=teacher.version)
             rows.append({**base, **_bad(g, "", 0, "invalid", "no successful call in the group")})
@@ -355,6 +361,7 @@ def compute_abstract(ctx: RunContext, round_: int, key: str) -> StageResult:
         duplicate_jaccard=cfg.duplicate_jaccard,
         existing=dataset_tasks(ctx, round_),
         seed=round_seed(ctx.config.run.seed, round_, "abstract"),
+        samples=cfg.abstract_samples,
     )
     statuses = [r["status"] for r in rows]
     return StageResult(

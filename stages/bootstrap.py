@@ -101,6 +101,7 @@ def explore_tasks(ctx: RunContext, known: list[Task]) -> tuple[list[dict], dict[
             duplicate_jaccard=evolve.duplicate_jaccard,
             existing=existing,
             seed=seed,
+            samples=evolve.abstract_samples,
         )
         verified = verify_candidates(
             policy,

@@ -118,6 +118,9 @@ class EvolveConfig(Section):
     """R: independent exploration episodes per exploration context (multi-round)."""
     explore_steps: int = Field(6, ge=1)
     """S: most teacher replies per exploration episode (multi-step)."""
+    abstract_samples: int = Field(1, ge=1)
+    """Teacher replies sampled per triple group at abstraction (each may hold tasks); more candidates for
+    verification to choose from at the cost of one batched generation."""
     max_tasks_per_group: int = Field(3, ge=1)
     """Most tasks the teacher may abstract from one triple group (extra ones are rows marked `invalid`)."""
     duplicate_jaccard: float = Field(0.8, ge=0.0, le=1.0)

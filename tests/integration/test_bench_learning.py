@@ -71,3 +71,31 @@ def test_evolving_arms_need_evolution_in_the_config():
         run_benchmark(Plan.make(quick=True, config=CONFIGS / "test-tiny.yaml", arms=["coevolve"]), None)
     with pytest.raises(ValueError, match="unknown arms"):
         Plan.make(quick=True, arms=["bogus"])
+
+
+def test_runs_in_parallel_processes_land_in_the_same_storage(tmp_path, monkeypatch, prefect_api):
+    from benchmarks.learning import Plan, run_benchmark
+
+    monkeypatch.setenv("COEVOLVE_HOME", str(tmp_path / "runs"))
+    plan = Plan.make(quick=True, config=CONFIGS / "test-tiny.yaml", rounds=1, arms=["grpo", "coevolve"],
+                     overrides=["evolve.every=1"], warm_start_tasks=0, jobs=2)  # fmt: skip
+    text = run_benchmark(plan, tmp_path / "out")
+    curves = pl.read_parquet(tmp_path / "out" / "curves.parquet")
+    assert set(curves["arm"]) == {"grpo", "coevolve"} and set(curves["updates"]) == {0, 1}
+    assert "| learning-grpo-s0 |" in text and "| learning-coevolve-s0 |" in text
+    logs = sorted(p.name for p in (tmp_path / "runs" / "learning-logs").iterdir())
+    assert logs == ["learning-coevolve-s0.log", "learning-grpo-s0.log"]
+
+
+def test_a_failed_run_process_is_named_with_its_log(tmp_path, monkeypatch):
+    import sys
+
+    import benchmarks.learning as learning
+
+    fake_command = lambda plan, arm, seed, root: [sys.executable, "-c", f"raise SystemExit({int(arm == 'grpo') * 3})"]  # noqa: E731
+    monkeypatch.setattr(learning, "run_command", fake_command)
+    plan = learning.Plan.make(quick=True, jobs=2)
+    with pytest.raises(RuntimeError, match=r"runs failed: learning-grpo-s0 \(exit 3, log .*learning-grpo-s0.log\)$"):
+        learning.run_arms(plan, tmp_path)
+    with pytest.raises(ValueError, match="jobs must be >= 1"):
+        learning.Plan.make(quick=True, jobs=0)

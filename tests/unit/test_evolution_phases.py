@@ -263,6 +263,19 @@ def test_abstract_rows_cover_ok_unparsable_invalid_and_duplicate(tokenizer, worl
     assert again[0]["candidate_id"] == first["candidate_id"]  # content hash: same content, same id
 
 
+def test_several_abstraction_samples_per_group_are_parsed_once_each(tokenizer, world):
+    bank = family(world.train, "bank_balance")
+    account, info = next(iter(bank.initial_state["bank"]["accounts"].items()))
+    group = _group(bank, [("get_balance", {"account_id": account})], "g1")
+    task = {"query": f"What is the balance of {account}?", "solution": [0], "answers": [f"{info['balance']:.2f}"]}
+    replies = [json.dumps([task]), json.dumps([task]), "no JSON here"]
+    teacher = ScriptedTeacher(tokenizer, [], abstractions=replies)
+    rows = abstract_groups(teacher, make_env, [group], env="toolworld", max_tasks=3, duplicate_jaccard=0.8,
+                           existing=[], seed=0, samples=3)  # fmt: skip
+    assert len(teacher.prompts) == 3  # one batch of three replies to the same prompt
+    assert [(r["status"], r["raw_reply"]) for r in rows] == [("ok", replies[0]), ("unparsable", replies[2])]
+
+
 def test_similarity_helpers():
     assert (
         solution_signature([{"name": "f", "arguments": {"b": " X  Y", "a": 1}}])

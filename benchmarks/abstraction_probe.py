@@ -1,0 +1,86 @@
+"""How many of a teacher's abstractions survive verification's environment checks, by replies per group.
+
+    .venv/bin/python -u -m benchmarks.abstraction_probe --root /tmp/suite2 --model <checkpoint> --samples 1 4
+
+The groups are real ones: the triples of the stored runs' explorations under `--root` (every run, every
+round), regrouped with `stages.abstract.build_groups`. For each `--samples` value the teacher (the model
+in process, the learning config's sampling) abstracts every group through `stages.abstract.abstract_groups`,
+and every `ok` candidate goes through `stages.verify.check_candidate` (replay, read answers, effect,
+solvability, grounding, reference replay; no policy attempt). Prints candidates by status and the
+verification reasons.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import Counter
+from pathlib import Path
+
+import duckdb
+
+import envs
+from envs.base import Task
+from llm.chat import ChatFormat
+from llm.hf_engine import HfEngine
+from llm.models import load_model
+from stages.abstract import abstract_groups, build_groups
+from stages.datasets import task_from_row
+from stages.teacher import EngineTeacher, TeacherSettings
+from stages.verify import Rejected, VerifySettings, check_candidate
+
+
+def stored_groups(root: Path, env_name: str) -> list:
+    """Every exploration group of every run under `root`, with the task it explored from."""
+    def rows(sql: str) -> list[dict]:
+        return duckdb.sql(sql).df().to_dict("records")
+
+    explorations = rows(f"SELECT * FROM read_parquet('{root}/run=*/round=*/stage=explore/explorations.parquet', "
+                        "filename = true)")  # fmt: skip
+    triples = rows(f"SELECT * FROM read_parquet('{root}/run=*/round=*/stage=triples/triples.parquet')")
+    known = {t.id: t for split in envs.make(env_name).splits() for t in envs.make(env_name).tasks(split)}
+    synthesized = rows(f"SELECT task FROM read_parquet('{root}/run=*/round=*/stage=verify/verifications.parquet') "
+                       "WHERE task IS NOT NULL")  # fmt: skip
+    import json
+
+    known.update({(t := task_from_row(json.loads(r["task"]))).id: t for r in synthesized})
+    task_of: dict[str, Task] = {x["exploration_id"]: known[x["task_id"]] for x in explorations if x["task_id"] in known}
+    groups = build_groups([t for t in triples if t["exploration_id"] in task_of], task_of)
+    return [g for g in groups if g.calls]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, required=True)
+    parser.add_argument("--model", required=True, help="teacher model: a name or checkpoint directory")
+    parser.add_argument("--samples", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    args = parser.parse_args()
+
+    make_env = lambda: envs.make("toolworld", seed=0)  # noqa: E731
+    groups = stored_groups(args.root, "toolworld")
+    model, tokenizer = load_model(args.model)
+    settings = TeacherSettings(args.temperature, args.max_new_tokens, 64, 4096)
+    teacher = EngineTeacher(args.model, HfEngine(model, tokenizer), ChatFormat(tokenizer), settings)
+    print(f"{len(groups)} groups with a successful call", flush=True)
+    for samples in args.samples:
+        started = time.perf_counter()
+        rows = abstract_groups(teacher, make_env, groups, env="toolworld", max_tasks=3, duplicate_jaccard=0.8,
+                               existing=[], seed=0, samples=samples)  # fmt: skip
+        seconds = time.perf_counter() - started
+        verdicts = Counter()
+        for row in (r for r in rows if r["status"] == "ok"):
+            try:
+                check_candidate(make_env, row, [], VerifySettings())
+                verdicts["passes"] += 1
+                print(f"  passes: {row['query'][:90]!r} {row['solution'][:90]}", flush=True)
+            except Rejected as exc:
+                verdicts[str(exc).split(":")[0]] += 1
+        statuses = Counter(r["status"] for r in rows)
+        print(f"samples {samples}: {dict(statuses)} in {seconds:.0f} s; ok candidates -> {dict(verdicts)}",
+              flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
