@@ -24,7 +24,12 @@ failure deciding a `discard` with its reason:
 6. the reference solution, replayed as an oracle agent, satisfies the checker.
 
 Then the current policy (after round r-1) attempts the survivors (`evolve.verify_attempts`, greedy when
-1): success -> `accept`, reward > 0 -> `retain`, else `discard` (the paper's rule).
+1): success -> `accept`, a failure with positive reward -> `retain`, else `discard` (the paper's rule).
+"Positive" is measured against an idle answer (`idle_reward`: every turn answered without a tool call):
+a reward is positive when it beats that floor. Where doing nothing scores 0 (BFCL, AppWorld) this is
+the paper's rule as written; in the tool world, whose shaped reward gives any attempt credit (0.05 for a
+call that ran, 0.04 for parsing, a share of checks for a state left untouched), a 0 floor retained every
+attempted task, the ill-posed ones included (benchmarks/RESULTS.md).
 
 `evolve.verify: false` is the paper's no-verification ablation: every `ok` candidate is accepted with a
 lenient checker (failing solution calls skipped, unseen answers dropped), with no checks and no attempts. Writes
@@ -54,6 +59,7 @@ from stages.runner import StageDef, StageResult
 from stages.teacher import short_text
 
 CONTAMINATION = "contamination"
+IDLE_REPLY = "Sorry, I cannot help with that."
 MAX_READ_ANSWERS = 3
 """Most values of a read-only solution's last result taken as the answers of a task that names none."""
 MAX_ANSWER_CHARS = 200
@@ -78,6 +84,8 @@ class Checked:
     expected_digest: str | None
     read_answers: tuple[str, ...] = ()
     """Answers taken from the solution's last result (the teacher named none), else empty."""
+    idle_reward: float = 0.0
+    """What an idle answer earns on the task: a failed attempt is retained only above it."""
 
 
 @dataclass(frozen=True)
@@ -251,6 +259,19 @@ def check_grounded(task: Task, results: list[str], least: float) -> None:
                        f"({len(literals) - len(missing)} of {len(literals)} literals grounded)")  # fmt: skip
 
 
+def idle_reward(make_env: Callable[[], Environment], task: Task) -> float:
+    """The reward of an agent that answers every turn without calling a tool (`IDLE_REPLY`)."""
+    env = make_env()
+    try:
+        env.reset(task)
+        for _ in task.turns:
+            if env.step(IDLE_REPLY).done:
+                break
+        return env.evaluate().reward
+    finally:
+        env.close()
+
+
 def contamination(task: Task, held_out: list[tuple[str, str, str]], threshold: float) -> str | None:
     """The id of a held-out task this one nearly duplicates, if any."""
     signature, query = task_signature(task), " ".join(task.turns)
@@ -286,7 +307,7 @@ def check_candidate(
         env.close()
     if not evaluation.success:
         raise Rejected("checker: the reference solution does not satisfy the derived checker")
-    return Checked(row, task, after, tuple(derived))
+    return Checked(row, task, after, tuple(derived), idle_reward(make_env, task))
 
 
 # --- the verification ---------------------------------------------------------------------------
@@ -371,10 +392,13 @@ def _judged(c: Checked, attempts: list[dict], policy: str, lineage: dict) -> dic
             "accept",
             f"the policy solved it ({sum(t['success'] for t in attempts)}/{n} attempts)",
         )
-    elif reward > 0:
+    elif reward > c.idle_reward:
         outcome, reason = "retain", f"the policy failed with partial reward {reward:.2f} (best of {n})"
-    else:
+    elif reward == 0:
         outcome, reason = "discard", f"the policy failed with zero reward ({n} attempts)"
+    else:
+        outcome = "discard"
+        reason = f"the policy failed with reward {reward:.2f}, no more than an idle answer's {c.idle_reward:.2f} (best of {n})"
     if c.read_answers:
         reason += f"; answers read from the solution's last result: {', '.join(c.read_answers)}"
     return _decided(c, policy, lineage, outcome, reason, reward=reward, success=success, attempts=n)
@@ -472,4 +496,4 @@ def compute_verify(ctx: RunContext, round_: int, key: str) -> StageResult:
     return StageResult(artifacts, {o: outcomes.count(o) for o in ("accept", "retain", "discard")})
 
 
-VERIFY = StageDef("verify", 2, ("evolve", "env", "rollout", "eval", "run"), _inputs, compute_verify)
+VERIFY = StageDef("verify", 3, ("evolve", "env", "rollout", "eval", "run"), _inputs, compute_verify)

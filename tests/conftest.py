@@ -32,7 +32,9 @@ def prefect_api():
 
 def use_oracle_engine(mp: pytest.MonkeyPatch) -> None:
     """Make every policy loaded from now on generate with the named fake `OracleEngine` (solves every
-    other episode of a test-tiny training task); the tiny model is still the one trained."""
+    other episode of a test-tiny training task; on any other task it calls the tools that need no
+    argument, which earns more than an idle answer: verification retains synthesized tasks); the tiny
+    model is still the one trained."""
     import envs
     from flows.config import load_config
     from stages.policy import Policy
@@ -44,7 +46,9 @@ def use_oracle_engine(mp: pytest.MonkeyPatch) -> None:
         load_base(self)
         cfg = load_config(CONFIGS / "test-tiny.yaml")
         train = envs.make(cfg.env.name, **cfg.env.options).tasks("train")
-        self.engine = OracleEngine(self.tokenizer, train, solve="alternate", version=self.version)
+        self.engine = OracleEngine(
+            self.tokenizer, train, solve="alternate", explore_unknown=True, version=self.version
+        )
 
     mp.setattr(Policy, "load_base", load_base_with_oracle)
 

@@ -321,10 +321,17 @@ def verified(tokenizer, world):
         ),
         candidate(
             bank,
-            f"How much is in {acc_b}?",
+            f"How much is in {acc_b}?",  # the fake policy reads the balance but does not state it
             [{"name": "get_balance", "arguments": {"account_id": acc_b}}],
             [f"{b['balance']:.2f}"],
             "retain",
+        ),
+        candidate(
+            bank,
+            f"Tell me the balance of {acc_b}.",  # the fake policy gives up: what an idle answer earns
+            [{"name": "get_balance", "arguments": {"account_id": acc_b}}],
+            [f"{b['balance']:.2f}"],
+            "idle",
         ),
         candidate(
             messages,
@@ -367,8 +374,8 @@ def verified(tokenizer, world):
         ),
         candidate(bank, "ignored", [], [], "unparsable", status="unparsable"),
     ]
-    known = candidate_task(rows[0])
-    policy = SimpleNamespace(engine=OracleEngine(tokenizer, [known]), version="policy-v1")
+    known, half_known = candidate_task(rows[0]), candidate_task({**rows[1], "answers": "[]"})
+    policy = SimpleNamespace(engine=OracleEngine(tokenizer, [known, half_known]), version="policy-v1")
     from llm.chat import ChatFormat
 
     policy.chat = ChatFormat(tokenizer)
@@ -388,10 +395,14 @@ def verified(tokenizer, world):
 def test_verify_outcomes(verified):
     v = verified.by_candidate
     assert set(v) == {
-        "accept", "retain", "zero", "read", "noeffect", "ungrounded", "unsolvable", "badcall", "contaminated"
+        "accept", "retain", "idle", "zero", "read", "noeffect", "ungrounded", "unsolvable", "badcall",
+        "contaminated",
     }  # fmt: skip
     assert (v["accept"]["outcome"], v["accept"]["reward"], v["accept"]["success"]) == ("accept", 1.0, True)
     assert v["retain"]["outcome"] == "retain" and 0 < v["retain"]["reward"] < 0.5
+    # giving up earns the shaped reward's floor, which is no progress: not retained
+    assert (v["idle"]["outcome"], v["idle"]["reward"]) == ("discard", pytest.approx(0.175))
+    assert v["idle"]["reason"] == "the policy failed with reward 0.17, no more than an idle answer's 0.17 (best of 2)"
     assert (v["zero"]["outcome"], v["zero"]["reward"]) == ("discard", 0.0)
     assert v["zero"]["reason"] == "the policy failed with zero reward (2 attempts)"
     assert v["noeffect"]["reason"].startswith("no effect") and "new values (at most 3" in v["noeffect"]["reason"]
@@ -409,7 +420,7 @@ def test_verify_outcomes(verified):
 def test_a_read_only_candidate_without_answers_asks_for_what_its_solution_reads(verified):
     row = verified.by_candidate["read"]
     assert json.loads(row["checker"])["answers"] == [[str(verified.balance_a)]]  # not the account it names
-    assert (row["outcome"], row["attempts"]) == ("retain", 2)  # the fake policy does not know it
+    assert (row["outcome"], row["attempts"]) == ("discard", 2)  # the fake policy does not know it: gives up
     assert row["reason"].endswith(f"answers read from the solution's last result: {verified.balance_a}")
 
 
@@ -442,7 +453,7 @@ def test_verify_admits_a_task_with_checker_lineage_and_attempt_trajectories(veri
     trajectories = verified.out["trajectories"]
     assert {t["source"] for t in trajectories} == {"verify"} and len(
         trajectories
-    ) == 4 * 2  # 4 attempted, K=2
+    ) == 5 * 2  # 5 attempted, K=2
     # the admitted task is scored by its verifiable checker like any task
     from stages.datasets import task_from_row
 
@@ -479,7 +490,7 @@ def test_merge_admits_configured_outcomes_once_with_weights(verified):
     both = admitted_tasks(verifications, ("accept", "retain"), known=set())
     only = admitted_tasks(verifications, ("accept",), known=set())
     assert [t["task_id"] for t in only] == [verified.by_candidate["accept"]["task_id"]]
-    assert len(both) == 3  # accept, retain and the retained read-only task
+    assert len(both) == 2
     assert (
         admitted_tasks(verifications + verifications, ("accept", "retain"), known={only[0]["task_id"]})
         == both[1:]
