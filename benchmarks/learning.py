@@ -24,6 +24,11 @@ outcomes and no boundary or forgetting signal could fire. `rl/warm_start.py` fin
 on reference solutions of fresh tasks of the training families (never a task of any split); the
 checkpoint is built once under `<root>/warm-start/` (about 6 minutes) and reused.
 
+`--jobs N` runs N runs at once, each a `coevolve run` process with the cores split between them (output
+in `<root>/learning-logs/`). On 2 cores it hardly pays: two 1-thread coevolve runs took 1,845 s together,
+about 0.92 of running them one after the other (benchmarks/RESULTS.md); it is meant for machines with
+more cores than one small-model run can use.
+
 Runs are named `learning-<arm>-s<seed>` under the storage root, so everything is in the DuckDB catalog
 (`coevolve sql "SELECT run, round, split, avg(success::INT) FROM evals GROUP BY ALL"`). Re-running the
 command recomputes nothing that is complete: an interrupted benchmark continues where it stopped.

@@ -162,6 +162,29 @@ class PolicyTeacherConfig(Section):
     """An exploration episode whose context would exceed this ends."""
 
 
+class LocalTeacherConfig(Section):
+    """Another model loaded in this process with fixed weights: a separately trained teacher checkpoint,
+    or a bigger model next to the policy on a GPU, without a server."""
+
+    type: Literal["local"] = "local"
+    """Backend selector."""
+    model: str = Field(min_length=1)
+    """`llm.models` name, a local checkpoint directory or a hub id (required). Its name is the teacher's
+    version in cache keys: rewriting a checkpoint in place does not invalidate cached stages."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Weights dtype."""
+    device: str = "cpu"
+    """Torch device."""
+    temperature: float = Field(0.7, gt=0.0)
+    """Sampling temperature of reflections, abstractions and exploration replies."""
+    max_new_tokens: int = Field(512, ge=1)
+    """Cap on tokens per reflection or abstraction reply."""
+    step_max_new_tokens: int = Field(128, ge=1)
+    """Cap on tokens per exploration reply (one tool-calling step)."""
+    max_context_tokens: int = Field(4096, ge=64)
+    """An exploration episode whose context would exceed this ends."""
+
+
 class OpenAITeacherConfig(Section):
     """A stronger model behind an OpenAI-compatible server (vLLM, SGLang, hosted): the paper's setting."""
 
@@ -198,7 +221,9 @@ def _teacher_type(value: Any) -> str:
 
 
 TeacherConfig = Annotated[
-    Annotated[PolicyTeacherConfig, Tag("policy")] | Annotated[OpenAITeacherConfig, Tag("openai")],
+    Annotated[PolicyTeacherConfig, Tag("policy")]
+    | Annotated[LocalTeacherConfig, Tag("local")]
+    | Annotated[OpenAITeacherConfig, Tag("openai")],
     Discriminator(_teacher_type),
 ]
 

@@ -4,6 +4,9 @@
 
 - `type: policy` (CPU default): the policy of round r-1 itself; text replies are generated through its
   chat template (`ChatFormat.prompt_ids` + `HfEngine.generate`).
+- `type: local`: another model loaded in this process with fixed weights (a separately trained teacher
+  checkpoint, or a bigger model on a GPU), through its own chat template and `HfEngine`; loaded once
+  per process.
 - `type: openai`: a model behind an OpenAI-compatible server (`llm.openai_engine.OpenAIEngine`); text
   replies through chat completions, exploration episodes through the completions endpoint.
 
@@ -22,6 +25,7 @@ Tests replace `make_teacher` (module attribute) with a scripted fake.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -120,6 +124,8 @@ def teacher_version(ctx: RunContext, round_: int) -> str:
     cfg = ctx.config.teacher
     if cfg.type == "policy":
         return ctx.policy_after(round_ - 1)[0]
+    if cfg.type == "local":
+        return f"local:{cfg.model}:{cfg.dtype}"
     return f"openai:{cfg.model}@{cfg.base_url}"
 
 
@@ -132,6 +138,9 @@ def make_teacher(ctx: RunContext, round_: int) -> Teacher:
     if cfg.type == "policy":
         policy = ctx.use_policy(round_ - 1)
         return EngineTeacher(policy.version, policy.engine, policy.chat, settings)
+    if cfg.type == "local":
+        engine, chat = _local_model(cfg.model, cfg.dtype, cfg.device)
+        return EngineTeacher(teacher_version(ctx, round_), engine, chat, settings)
     from llm.chat import ChatFormat
     from llm.openai_engine import OpenAIEngine
 
@@ -153,6 +162,17 @@ def make_teacher(ctx: RunContext, round_: int) -> Teacher:
         max_retries=cfg.max_retries,
     )
     return OpenAITeacher(teacher_version(ctx, round_), engine, ChatFormat(tokenizer), settings)
+
+
+@functools.cache
+def _local_model(name: str, dtype: str, device: str) -> tuple[Engine, Any]:
+    """(engine, chat format) of a local teacher model, loaded once per process."""
+    from llm.chat import ChatFormat
+    from llm.hf_engine import HfEngine
+    from llm.models import load_model
+
+    model, tokenizer = load_model(name, dtype=dtype, device=device)
+    return HfEngine(model, tokenizer, version=f"local:{name}"), ChatFormat(tokenizer)
 
 
 # --- prompts ------------------------------------------------------------------------------------

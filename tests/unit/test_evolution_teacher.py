@@ -210,6 +210,26 @@ def test_make_teacher_openai_uses_the_configured_server(tmp_path):
     assert reply == ['{"plan": "p"}'] and server.requests[0]["body"]["max_tokens"] == 1024
 
 
+def test_make_teacher_local_loads_its_own_model_once(tmp_path):
+    from flows.config import parse_config
+    from stages.context import RunContext
+    from stages.teacher import REFLECT_PREFIX, make_teacher
+
+    cfg = parse_config({"model": {"name": "tiny-random-llama"},
+                        "teacher": {"type": "local", "model": "tiny-random-llama", "max_new_tokens": 4}},
+                       source="test")  # fmt: skip
+    ctx = RunContext.create(cfg, "t", tmp_path, quiet=True)
+    teacher, again = make_teacher(ctx, 0), make_teacher(ctx, 3)
+    assert teacher.version == again.version == "local:tiny-random-llama:float32"
+    assert again.engine is teacher.engine  # loaded once per process, whatever the round
+    assert teacher.engine.model is not ctx.use_policy(-1).engine.model  # not the policy's weights
+    (reply,) = teacher.complete([[{"role": "user", "content": "Reflect."}]], teacher.settings.text_sampling(0),
+                                reply_prefix=REFLECT_PREFIX)  # fmt: skip
+    assert reply.startswith(REFLECT_PREFIX)
+    with pytest.raises(ValueError, match="teacher.local.model"):
+        parse_config({"teacher": {"type": "local"}}, source="test")
+
+
 def test_engine_teacher_starts_its_reply_with_the_prefix():
     from llm.chat import ChatFormat
     from llm.hf_engine import HfEngine
