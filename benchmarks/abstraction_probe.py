@@ -13,6 +13,7 @@ verification reasons.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -32,6 +33,7 @@ from stages.verify import Rejected, VerifySettings, check_candidate
 
 def stored_groups(root: Path, env_name: str) -> list:
     """Every exploration group of every run under `root`, with the task it explored from."""
+
     def rows(sql: str) -> list[dict]:
         return duckdb.sql(sql).df().to_dict("records")
 
@@ -41,10 +43,10 @@ def stored_groups(root: Path, env_name: str) -> list:
     known = {t.id: t for split in envs.make(env_name).splits() for t in envs.make(env_name).tasks(split)}
     synthesized = rows(f"SELECT task FROM read_parquet('{root}/run=*/round=*/stage=verify/verifications.parquet') "
                        "WHERE task IS NOT NULL")  # fmt: skip
-    import json
-
     known.update({(t := task_from_row(json.loads(r["task"]))).id: t for r in synthesized})
-    task_of: dict[str, Task] = {x["exploration_id"]: known[x["task_id"]] for x in explorations if x["task_id"] in known}
+    task_of: dict[str, Task] = {
+        x["exploration_id"]: known[x["task_id"]] for x in explorations if x["task_id"] in known
+    }
     groups = build_groups([t for t in triples if t["exploration_id"] in task_of], task_of)
     return [g for g in groups if g.calls]
 

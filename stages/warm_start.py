@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import envs
-from envs.base import Environment, Task, content_hash
+from envs.base import Environment, Task, ToolCall, content_hash
 from llm.chat import ChatFormat
 from rl.warm_start import WarmStart, as_batch, reference_sample, warm_start
 from stages.abstract import Group, abstract_messages
@@ -61,20 +63,34 @@ def warm_start_tasks(config: CoevolveConfig, settings: WarmStart) -> list[Task]:
     return fresh[: settings.tasks]
 
 
-def abstraction_sample(env: Environment, chat: ChatFormat, task: Task, max_tasks: int) -> tuple[list[int], list[int]]:
+def abstraction_sample(env: Environment, chat: ChatFormat, task: Task, max_tasks: int, *,
+                       distractors: int = 0, rng: random.Random | None = None) -> tuple[list[int], list[int]]:  # fmt: skip
     """The teacher's abstraction prompt (`stages.abstract`) for `task`'s reference calls, as an exploration
     would have observed them, answered with the task itself: its calls, answers, user turns and family.
-    Ids and loss mask, the reply prefilled with `ABSTRACT_PREFIX` like at inference (`EngineTeacher`)."""
+    Ids and loss mask, the reply prefilled with `ABSTRACT_PREFIX` like at inference (`EngineTeacher`).
+
+    `distractors`: that many calls of offered tools that take no argument (reads such as `list_accounts`)
+    observed at random places among the reference calls, and left out of the reply's solution: an
+    exploration observes more than one task's calls, and the teacher must pick the ones its query asks for.
+    """
     tools = env.reset(task).tools
-    calls = []
-    for call in [call for turn in task.solution or [] for call in turn]:
+    reference = [call for turn in task.solution or [] for call in turn]
+    free = [t["function"]["name"] for t in tools if not t["function"]["parameters"].get("required")]
+    plan: list[tuple[ToolCall, bool]] = [(call, True) for call in reference]
+    for _ in range(distractors if free else 0):
+        rng = rng or random.Random(0)
+        plan.insert(rng.randrange(len(plan) + 1), (ToolCall(name=rng.choice(free), arguments={}), False))
+    calls, solution = [], []
+    for call, wanted in plan:
         (ran,) = env.step([call]).info["calls"]
         observation = ran.get("result") if ran.get("ok") else ran.get("error")
         text = observation if isinstance(observation, str) else json.dumps(observation, default=str)
+        if wanted:
+            solution.append(len(calls))
         calls.append({"tool": call.name, "arguments": call.arguments, "observation": text})
     group = Group(group_id="warm-start", exploration_id="warm-start", task=task, calls=calls)
     answers = [str(value) for turn in task.checker.get("answers") or [] for value in turn]
-    reply = json.dumps([{"solution": list(range(len(calls))), "answers": answers, "query": " ".join(task.turns),
+    reply = json.dumps([{"solution": solution, "answers": answers, "query": " ".join(task.turns),
                          "intent": task.family.replace("_", " ")}])  # fmt: skip
     if not reply.startswith(ABSTRACT_PREFIX):
         raise AssertionError(f"the abstraction reply must start with {ABSTRACT_PREFIX!r}")
@@ -105,19 +121,58 @@ def warm_start_checkpoint(config: CoevolveConfig, settings: WarmStart, directory
     samples = as_batch(rows, groups)
     print(f"warm start: {len(rows)} examples ({len(tasks)} tasks), {settings.epochs} epochs",
           file=sys.stderr, flush=True)  # fmt: skip
-
-    def report(step: int, steps: int, loss: float) -> None:
-        print(f"  step {step}/{steps}: loss {loss:.3f}", file=sys.stderr, flush=True)
-
-    losses = warm_start(model, samples, settings, progress=report)
-    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+    losses = warm_start(model, samples, settings, progress=_report)
     record = {"base_model": config.model.name, "settings": asdict(settings), "examples": len(rows),
               "task_ids": [t.id for t in tasks],
               "families": sorted({t.family for t in tasks}), "losses": losses,
               "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
+    return _save(model, tokenizer, record, target)
+
+
+def teacher_checkpoint(config: CoevolveConfig, start: Path, settings: WarmStart, directory: Path, *,
+                       distractors: int = 2) -> Path:  # fmt: skip
+    """A teacher of its own (`teacher.type: local`) under `directory`, built if missing: the checkpoint
+    `start` (e.g. the policy's warm start, so the teacher can also explore) fine-tuned on abstraction
+    examples only, each with `distractors` extra observed calls to leave out (`abstraction_sample`), on
+    `settings.tasks` fresh training-family tasks (`settings.seed` picks which: use another seed than the
+    policy's warm start)."""
+    import torch
+
+    from llm.models import load_model
+
+    key = content_hash({"start": str(start), "settings": asdict(settings), "distractors": distractors,
+                        "env": config.env.name, "options": config.env.options,
+                        "max_tasks": config.evolve.max_tasks_per_group}, length=12)  # fmt: skip
+    target = Path(directory) / f"teacher-{key}"
+    if (target / RECORD).is_file():
+        return target
+    started = time.perf_counter()
+    torch.manual_seed(settings.seed)
+    model, tokenizer = load_model(str(start), dtype=config.model.dtype, device=config.model.device)
+    tasks = warm_start_tasks(config, settings)
+    env, chat, rng = envs.make(config.env.name, **config.env.options), ChatFormat(tokenizer), random.Random(settings.seed)
+    rows = [abstraction_sample(env, chat, task, config.evolve.max_tasks_per_group, distractors=distractors, rng=rng)
+            for task in tasks]  # fmt: skip
+    samples = as_batch(rows, [task.family for task in tasks])
+    print(f"teacher warm start: {len(rows)} abstraction examples, {distractors} distractor calls each, "
+          f"{settings.epochs} epochs", file=sys.stderr, flush=True)  # fmt: skip
+    losses = warm_start(model, samples, settings, progress=_report)
+    record = {"start": str(start), "settings": asdict(settings), "distractors": distractors,
+              "examples": len(rows), "task_ids": [t.id for t in tasks], "losses": losses,
+              "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
+    return _save(model, tokenizer, record, target)
+
+
+def _report(step: int, steps: int, loss: float) -> None:
+    print(f"  step {step}/{steps}: loss {loss:.3f}", file=sys.stderr, flush=True)
+
+
+def _save(model: Any, tokenizer: Any, record: dict, target: Path) -> Path:
+    """Write weights, tokenizer and `RECORD` next to `target`, then move them into place."""
+    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
     (tmp / RECORD).write_text(json.dumps(record, indent=2) + "\n")
     shutil.rmtree(target, ignore_errors=True)
     os.replace(tmp, target)

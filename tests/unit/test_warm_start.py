@@ -86,6 +86,21 @@ def test_warm_start_checkpoint_is_built_once_and_loadable(tmp_path):
     assert model.config.model_type == "llama"
 
 
+@pytest.mark.slow
+def test_teacher_checkpoint_starts_from_a_checkpoint_and_is_built_once(tmp_path):
+    from stages.warm_start import teacher_checkpoint
+
+    config = load_config(CONFIGS / "test-tiny.yaml")
+    settings = WarmStart(tasks=4, epochs=1, batch_size=4, seed=1)
+    start = warm_start_checkpoint(config, WarmStart(tasks=2, epochs=1, batch_size=2, teacher=False), tmp_path)
+    path = teacher_checkpoint(config, start, settings, tmp_path)
+    record = json.loads((path / RECORD).read_text())
+    assert record["start"] == str(start) and record["examples"] == 4 and record["distractors"] == 2
+    assert teacher_checkpoint(config, start, settings, tmp_path) == path
+    model, _ = load_model(str(path))
+    assert model.config.model_type == "llama"
+
+
 def test_warm_start_settings_are_validated():
     with pytest.raises(ValueError, match="epochs"):
         WarmStart(epochs=0)
@@ -93,7 +108,8 @@ def test_warm_start_settings_are_validated():
         WarmStart(lr=0.0)
 
 
-def test_abstraction_example_is_a_reply_the_real_parser_accepts(tiny):
+@pytest.mark.parametrize("distractors", [0, 2])
+def test_abstraction_example_is_a_reply_the_real_parser_accepts(tiny, distractors):
     from stages.abstract import parse_task
     from stages.teacher import ABSTRACT_PREFIX, extract_json
     from stages.warm_start import abstraction_sample
@@ -101,7 +117,7 @@ def test_abstraction_example_is_a_reply_the_real_parser_accepts(tiny):
     _, tokenizer, chat = tiny
     env = envs.make("toolworld", seed=3)
     task = next(t for t in env.tasks("train") if sum(map(len, t.solution)) > 1)
-    ids, mask = abstraction_sample(env, chat, task, max_tasks=3)
+    ids, mask = abstraction_sample(env, chat, task, max_tasks=3, distractors=distractors)
     prompt = tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if not m])
     assert "OBSERVED CALLS" in prompt and prompt.endswith(ABSTRACT_PREFIX)
     reply = ABSTRACT_PREFIX + tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if m][:-1])
@@ -110,5 +126,6 @@ def test_abstraction_example_is_a_reply_the_real_parser_accepts(tiny):
     observed = [{"tool": c["tool"], "arguments": c["arguments"], "observation": c["result"]} for c in calls]
     parsed = parse_task(item, observed)
     reference = [call for turn in task.solution for call in turn]
+    assert len(observed) == len(reference) + distractors  # the distractors are observed, not in the solution
     assert [(c["name"], c["arguments"]) for c in parsed["solution"]] == [(c.name, c.arguments) for c in reference]
     assert parsed["query"] == " ".join(task.turns)

@@ -1,0 +1,44 @@
+"""Build a teacher of its own for the learning benchmark (`teacher.type: local`) and print its path.
+
+    .venv/bin/python -u -m benchmarks.teacher_warm_start --root /tmp/suite4 \
+        --start /tmp/suite4/warm-start/<policy warm start> --tasks 96
+
+`stages.warm_start.teacher_checkpoint`: the policy's warm-started checkpoint (so the teacher can still
+explore) fine-tuned on abstraction examples only, each with distractor calls it must leave out, on
+fresh training-family tasks drawn with another seed than the policy's warm start (never a task of any
+split). The checkpoint goes to `<root>/warm-start/teacher-<hash>/`; measure it with
+`benchmarks.abstraction_probe --model <path>`, use it with `--set teacher.type=local --set
+teacher.model=<path>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from benchmarks.learning import DEFAULT_CONFIG
+from rl.warm_start import WarmStart
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, required=True)
+    parser.add_argument("--start", type=Path, required=True, help="checkpoint to start from")
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    parser.add_argument("--tasks", type=int, default=96)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--distractors", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=1, help="task draw; the policy's warm start uses 0")
+    args = parser.parse_args()
+
+    from flows.config import load_config
+    from stages.warm_start import teacher_checkpoint
+
+    settings = WarmStart(tasks=args.tasks, epochs=args.epochs, seed=args.seed, teacher=False)
+    path = teacher_checkpoint(load_config(args.config), args.start, settings, args.root / "warm-start",
+                              distractors=args.distractors)  # fmt: skip
+    print(path)
+
+
+if __name__ == "__main__":
+    main()
