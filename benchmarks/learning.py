@@ -156,11 +156,16 @@ def run_command(plan: Plan, arm: str, seed: int, root: Path) -> list[str]:
 
 def run_arms_in_processes(plan: Plan, root: Path) -> dict[str, float]:
     """`plan.jobs` runs at a time, each a `coevolve run` process with `cores // jobs` threads, its output
-    in `<root>/learning-logs/<run>.log`; raises naming every run that failed (the others finish)."""
+    in `<root>/learning-logs/<run>.log`, reporting to this process's Prefect API when one is set (else
+    each starts an ephemeral one); raises naming every run that failed (the others finish)."""
     logs = root / "learning-logs"
     logs.mkdir(parents=True, exist_ok=True)
     threads = str(max(1, (os.cpu_count() or 1) // plan.jobs))
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+    from prefect.settings import PREFECT_API_URL
+
+    if PREFECT_API_URL.value():  # the runs report to this process's Prefect API, else each starts its own
+        env["PREFECT_API_URL"] = PREFECT_API_URL.value()
     waiting, running, seconds, failed = list(plan.runs()), {}, {}, []
     while waiting or running:
         while waiting and len(running) < plan.jobs:
