@@ -77,8 +77,8 @@ def abstraction_sample(env: Environment, chat: ChatFormat, task: Task, max_tasks
     reference = [call for turn in task.solution or [] for call in turn]
     free = [t["function"]["name"] for t in tools if not t["function"]["parameters"].get("required")]
     plan: list[tuple[ToolCall, bool]] = [(call, True) for call in reference]
+    rng = rng or random.Random(0)
     for _ in range(distractors if free else 0):
-        rng = rng or random.Random(0)
         plan.insert(rng.randrange(len(plan) + 1), (ToolCall(name=rng.choice(free), arguments={}), False))
     calls, solution = [], []
     for call, wanted in plan:
