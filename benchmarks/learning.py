@@ -170,7 +170,8 @@ def run_arms_in_processes(plan: Plan, root: Path) -> dict[str, float]:
     while waiting or running:
         while waiting and len(running) < plan.jobs:
             arm, seed = waiting.pop(0)
-            name, log = run_name(arm, seed), logs / f"{run_name(arm, seed)}.log"
+            name = run_name(arm, seed)
+            log = logs / f"{name}.log"
             print(f"--- {name}: {plan.rounds} rounds, overrides {' '.join(ARMS[arm]) or '(none)'}, log {log}",
                   flush=True)  # fmt: skip
             with log.open("w") as out:

@@ -147,11 +147,9 @@ class EvolveConfig(Section):
     """Sampling weight of merged signal-linked tasks (other tasks weigh 1); > 1 upweights them."""
 
 
-class PolicyTeacherConfig(Section):
-    """The policy's own in-process engine and chat template acts as the teacher (CPU default)."""
+class InProcessTeacherSampling(Section):
+    """Sampling settings of a teacher that generates in this process."""
 
-    type: Literal["policy"] = "policy"
-    """Backend selector."""
     temperature: float = Field(0.7, gt=0.0)
     """Sampling temperature of reflections, abstractions and exploration replies."""
     max_new_tokens: int = Field(512, ge=1)
@@ -162,7 +160,14 @@ class PolicyTeacherConfig(Section):
     """An exploration episode whose context would exceed this ends."""
 
 
-class LocalTeacherConfig(Section):
+class PolicyTeacherConfig(InProcessTeacherSampling):
+    """The policy's own in-process engine and chat template acts as the teacher (CPU default)."""
+
+    type: Literal["policy"] = "policy"
+    """Backend selector."""
+
+
+class LocalTeacherConfig(InProcessTeacherSampling):
     """Another model loaded in this process with fixed weights: a separately trained teacher checkpoint,
     or a bigger model next to the policy on a GPU, without a server."""
 
@@ -175,14 +180,6 @@ class LocalTeacherConfig(Section):
     """Weights dtype."""
     device: str = "cpu"
     """Torch device."""
-    temperature: float = Field(0.7, gt=0.0)
-    """Sampling temperature of reflections, abstractions and exploration replies."""
-    max_new_tokens: int = Field(512, ge=1)
-    """Cap on tokens per reflection or abstraction reply."""
-    step_max_new_tokens: int = Field(128, ge=1)
-    """Cap on tokens per exploration reply (one tool-calling step)."""
-    max_context_tokens: int = Field(4096, ge=64)
-    """An exploration episode whose context would exceed this ends."""
 
 
 class OpenAITeacherConfig(Section):

@@ -223,9 +223,9 @@ def check_effect(task: Task, before: str | None, after: str | None, results: lis
 def read_answers(task: Task, results: list[str]) -> list[str]:
     """What a read-only task that names no answer asks for: the values of its last result that the query
     and the solution's arguments do not already name (Rejected when there is none or too many)."""
-    text = results[-1].split("\nNote: ")[0] if results else ""
-    try:
-        value = json.loads(text)
+    text = results[-1] if results else ""
+    try:  # a JSON result, with whatever text an environment appends after it (a tool-world note)
+        value, _ = json.JSONDecoder().raw_decode(text)
     except ValueError:
         value = text
     known = "\n".join([*task.turns, *(json.dumps(c.arguments) for t in task.solution or [] for c in t)])
