@@ -29,6 +29,12 @@ in `<root>/learning-logs/`). On 2 cores it hardly pays: two 1-thread coevolve ru
 about 0.92 of running them one after the other (benchmarks/RESULTS.md); it is meant for machines with
 more cores than one small-model run can use.
 
+Each arm's run starts as a fork of the grpo run of its seed (`flows/fork.py`; `--no-share` turns it off):
+round 0's baseline, rollout, update and evaluation do not depend on the data evolution, so they are
+computed once per seed and copied into the other arms (their manifests say `forked_from`; the report's
+stage seconds count them in every arm, as the compute they stand for). With `--jobs`, an arm forks only
+what the grpo run of its seed has finished when the arm starts.
+
 Runs are named `learning-<arm>-s<seed>` under the storage root, so everything is in the DuckDB catalog
 (`coevolve sql "SELECT run, round, split, avg(success::INT) FROM evals GROUP BY ALL"`). Re-running the
 command recomputes nothing that is complete: an interrupted benchmark continues where it stopped.
@@ -85,12 +91,14 @@ class Plan:
     """Every arm starts from the config's policy fine-tuned on reference solutions (`rl.warm_start`)."""
     jobs: int = 1
     """Runs at once, each in its own `coevolve run` process with the cores split between them."""
+    share: bool = True
+    """Each arm starts as a fork of the grpo run of its seed (`share_with_grpo`)."""
 
     @classmethod
     def make(cls, *, quick: bool, config: Path = DEFAULT_CONFIG, rounds: int | None = None,
              seeds: int | None = None, arms: Sequence[str] | None = None,
              overrides: Sequence[str] = (), warm_start_tasks: int = WarmStart.tasks,
-             jobs: int = 1) -> Plan:  # fmt: skip
+             jobs: int = 1, share: bool = True) -> Plan:  # fmt: skip
         """The full suite, or `quick`: grpo and coevolve, one seed, 2 rounds, 8 tasks per eval split."""
         unknown = sorted(set(arms or ()) - set(ARMS))
         if unknown:
@@ -105,6 +113,7 @@ class Plan:
             overrides=(*QUICK_OVERRIDES, *overrides) if quick else tuple(overrides),
             warm_start=WarmStart(tasks=warm_start_tasks) if warm_start_tasks else None,
             jobs=jobs,
+            share=share,
         )
 
     def runs(self) -> list[tuple[str, int]]:
@@ -131,6 +140,26 @@ def run_overrides(plan: Plan, arm: str, seed: int) -> list[str]:
     return [f"run.seed={seed}", *plan.overrides, *ARMS[arm]]
 
 
+def share_with_grpo(plan: Plan, root: Path, arm: str, seed: int) -> list[tuple[int, str]]:
+    """Start a new run of `arm` as a fork of the grpo run of its seed (`flows.fork`): the stages its
+    config computes identically (round 0's baseline, rollout, update and evaluation, as the data evolves
+    from round 0 on) are copied, not computed again. Returns the copied (round, stage) pairs; nothing when
+    sharing is off, the run exists already or the grpo run has not run yet."""
+    from storage.layout import RunLayout
+
+    source, target = run_name("grpo", seed), run_name(arm, seed)
+    if (arm == "grpo" or not plan.share or RunLayout(root, target).rounds()
+            or not RunLayout(root, source).config_path.exists()):  # fmt: skip
+        return []
+    from flows.config import load_config
+    from flows.fork import fork_run
+
+    copied = fork_run(load_config(plan.config, run_overrides(plan, arm, seed)), root, source, target, plan.rounds)
+    print(f"--- {target}: forked from {source}, {len(copied)} stages copied "
+          f"({', '.join(f'{s}[{r}]' for r, s in copied) or 'none'})", flush=True)  # fmt: skip
+    return copied
+
+
 def run_arms(plan: Plan, root: Path) -> dict[str, float]:
     """Run (or finish) every run of `plan` through the real flow; returns wall seconds per run."""
     if plan.jobs > 1:
@@ -142,6 +171,7 @@ def run_arms(plan: Plan, root: Path) -> dict[str, float]:
         name = run_name(arm, seed)
         print(f"--- {name}: {plan.rounds} rounds, overrides {' '.join(ARMS[arm]) or '(none)'}", flush=True)
         started = time.perf_counter()
+        share_with_grpo(plan, root, arm, seed)
         coevolve(str(plan.config), run=name, rounds=plan.rounds, overrides=run_overrides(plan, arm, seed))
         seconds[name] = time.perf_counter() - started
     return seconds
@@ -172,6 +202,7 @@ def run_arms_in_processes(plan: Plan, root: Path) -> dict[str, float]:
             arm, seed = waiting.pop(0)
             name = run_name(arm, seed)
             log = logs / f"{name}.log"
+            share_with_grpo(plan, root, arm, seed)  # when the grpo run of this seed has finished already
             print(f"--- {name}: {plan.rounds} rounds, overrides {' '.join(ARMS[arm]) or '(none)'}, log {log}",
                   flush=True)  # fmt: skip
             with log.open("w") as out:
@@ -258,14 +289,16 @@ def bootstrap_difference(
 
 
 def stage_seconds(root: Path, names: Sequence[str]) -> pl.DataFrame:
-    """Wall seconds per (run, stage) from the stage manifests."""
+    """Wall seconds per (run, stage) from the stage manifests (a stage copied by a fork counts what it
+    took to compute in its source run), and how many of the stage's rounds were copied (`forked`)."""
     rows = []
     for name in names:
         for path in (root / f"run={name}").glob("round=*/stage=*/_manifest.json"):
             manifest = json.loads(path.read_text())
-            rows.append({"run": name, "stage": manifest["stage"], "seconds": float(manifest["seconds"])})
-    schema = {"run": pl.String, "stage": pl.String, "seconds": pl.Float64}
-    return pl.DataFrame(rows, schema=schema).group_by("run", "stage").agg(pl.col("seconds").sum())
+            rows.append({"run": name, "stage": manifest["stage"], "seconds": float(manifest["seconds"]),
+                         "forked": int(bool(manifest.get("forked_from")))})  # fmt: skip
+    schema = {"run": pl.String, "stage": pl.String, "seconds": pl.Float64, "forked": pl.Int64}
+    return pl.DataFrame(rows, schema=schema).group_by("run", "stage").agg(pl.col("seconds", "forked").sum())
 
 
 def _scalar_table(root: Path, names: Sequence[str], sql: str, fallback: dict[str, type]) -> pl.DataFrame:
@@ -413,7 +446,8 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
     feedback = (
         seconds.with_columns(feedback=pl.col("stage").is_in(FEEDBACK_STAGES))
         .group_by("run")
-        .agg(stages_s=pl.col("seconds").sum(), feedback_s=pl.col("seconds").filter(pl.col("feedback")).sum())
+        .agg(stages_s=pl.col("seconds").sum(), feedback_s=pl.col("seconds").filter(pl.col("feedback")).sum(),
+             forked_stages=pl.col("forked").sum())
     )
     per_run = (
         evolution_counts(root, names)
@@ -446,6 +480,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="reference episodes of the supervised warm start every arm starts from (0: none)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="runs at once, each in its own process with the cores split between them")
+    parser.add_argument("--no-share", dest="share", action="store_false",
+                        help="compute every stage of every arm (default: arms fork the grpo run of their seed)")
     parser.add_argument("--report-only", action="store_true",
                         help="write the report from the stored runs without running anything")
     parser.add_argument("--root", type=Path, help="storage root (default: COEVOLVE_HOME or runs/)")
@@ -455,7 +491,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         os.environ["COEVOLVE_HOME"] = str(args.root)
     plan = Plan.make(quick=args.quick, config=args.config, rounds=args.rounds, seeds=args.seeds,
                      arms=args.arms, overrides=args.overrides,
-                     warm_start_tasks=args.warm_start_tasks, jobs=args.jobs)  # fmt: skip
+                     warm_start_tasks=args.warm_start_tasks, jobs=args.jobs, share=args.share)  # fmt: skip
     print(run_benchmark(plan, args.out, run=not args.report_only))
 
 

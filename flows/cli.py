@@ -5,6 +5,7 @@ so `coevolve --help` is instant.
     coevolve run --run toolworld-smollm2 --more 1          # one more round, with the run's saved config
     coevolve serve                                         # serve deployment coevolve/round (PREFECT_API_URL)
     coevolve stage rollout --run demo --round 1 --force    # re-run one stage from cached inputs
+    coevolve fork demo demo-f1 --set evolve.every=1        # a new run sharing demo's identical stages
     coevolve sql "SELECT round, avg(reward) FROM trajectories GROUP BY ALL ORDER BY round"   # docs/sql.md
     coevolve runs                                          # runs, rounds, dataset size, success
     coevolve show task 3f2a | coevolve show trajectory 9c  # one task / episode, by id prefix
@@ -165,6 +166,35 @@ def stage(
     typer.echo(f"{name} round {round_}: {state}; key {record.manifest.key}")
     for ref in record.manifest.artifacts.values():
         typer.echo(f"  {ref.name}: {ref.rows} rows -> {ref.path}")
+
+
+@app.command()
+def fork(
+    source: Annotated[str, typer.Argument(help="The run to copy stages from.")],
+    target: Annotated[str, typer.Argument(help="The new run's name.")],
+    rounds: Annotated[int, typer.Option(help="Consider the stages of the source's first ROUNDS rounds.")] = 1,
+    config: Annotated[Path | None, typer.Option(
+        help="The new run's config file (default: the source's saved config).")] = None,
+    overrides: Overrides = None,
+    root: RootOption = None,
+) -> None:
+    """Start run TARGET from the stages of run SOURCE that its config (the source's, or --config, plus
+    --set) would compute identically; `coevolve run --run TARGET` then computes only the rest. E.g.
+    `coevolve fork grpo-s0 coevolve-s0 --set evolve.every=1` shares round 0's rollout, update and evals."""
+    from flows.config import load_config
+    from flows.fork import fork_run
+    from storage.layout import RunLayout
+
+    base = config or RunLayout(_root(root), source).config_path
+    try:
+        if not base.exists():
+            _fail(f"no run '{source}' under {_root(root)} ({base} missing). List runs with `coevolve runs`.")
+        copied = fork_run(load_config(base, overrides or []), _root(root), source, target, rounds)
+    except _user_errors() as exc:
+        _fail(str(exc))
+    typer.echo(f"run '{target}': {len(copied)} stages copied from '{source}'"
+               + "".join(f"\n  round {r}: {stage}" for r, stage in copied))  # fmt: skip
+    typer.echo(f"continue it with `coevolve run --run {target} --rounds N` (the rest of each round is computed)")
 
 
 def _did_you_mean(name: str) -> str:
@@ -354,6 +384,9 @@ def bench_learning(
         help="Reference episodes of the supervised warm start every arm starts from (0: none).")] = 48,
     jobs: Annotated[int, typer.Option(
         help="Runs at once, each in its own `coevolve run` process with the cores split between them.")] = 1,
+    share: Annotated[bool, typer.Option(
+        help="Start each arm as a fork of the grpo run of its seed (`coevolve fork`), so the stages they "
+             "compute identically run once.")] = True,
     overrides: Overrides = None,
     root: RootOption = None,
 ) -> None:
@@ -364,7 +397,7 @@ def bench_learning(
 
     try:
         plan = Plan.make(quick=quick, config=config, rounds=rounds, seeds=seeds, arms=arms,
-                         overrides=overrides or [], warm_start_tasks=warm_start_tasks, jobs=jobs)
+                         overrides=overrides or [], warm_start_tasks=warm_start_tasks, jobs=jobs, share=share)
         from flows.config import load_config
 
         load_config(plan.config, list(plan.overrides))  # a config mistake fails before any run starts

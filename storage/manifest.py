@@ -48,6 +48,8 @@ class Manifest:
     """Small JSON results of the stage (metrics, the policy version it produced, ...)."""
     started_at: float = 0.0
     seconds: float = 0.0
+    forked_from: str | None = None
+    """The run this stage run was copied from (`flows.fork`), or None when computed here."""
 
     def write(self, path: Path) -> None:
         write_text_atomic(json.dumps(asdict(self), indent=2, sort_keys=True), path)

@@ -3,6 +3,8 @@ curves, the bootstrap interval, the report and the plot come out."""
 
 from __future__ import annotations
 
+import json
+
 import polars as pl
 import pytest
 
@@ -62,6 +64,10 @@ def test_quick_plan_runs_and_reports(tmp_path, monkeypatch, prefect_api):
     budget = query(tmp_path / "runs", "SELECT run, count(*) AS n FROM trajectories WHERE source = 'rollout' "
                                       "GROUP BY run").to_pylist()  # fmt: skip
     assert len({row["n"] for row in budget}) == 1 and len(budget) == 3
+    # the evolving arms started as forks of grpo: round 0's rollout was computed once
+    for arm in ("coevolve", "no-verify"):
+        manifest = tmp_path / "runs" / f"run=learning-{arm}-s0" / "round=0" / "stage=rollout" / "_manifest.json"
+        assert json.loads(manifest.read_text())["forked_from"] == "learning-grpo-s0"
 
 
 def test_evolving_arms_need_evolution_in_the_config():

@@ -80,7 +80,7 @@ def context(layout: RunLayout):
 def test_help_lists_the_operating_commands():
     result = invoke("--help")
     assert result.exit_code == 0
-    for command in ("run", "serve", "stage", "sql", "runs", "show", "env", "models"):
+    for command in ("run", "serve", "stage", "fork", "sql", "runs", "show", "env", "models"):
         assert re.search(rf"\b{command}\b", result.output)
     assert "--more" in invoke("run", "--help").output
 
@@ -108,6 +108,23 @@ def test_stage_name_typo_suggests_the_stage(tmp_path):
     make_run(tmp_path)
     text = one_paragraph(invoke("stage", "rollot", "--run", "demo", "--round", "0", "--root", str(tmp_path)))
     assert "unknown stage 'rollot'" in text and "Did you mean `rollout`?" in text
+
+
+def test_fork_of_an_unknown_run_or_into_a_bad_or_taken_name(tmp_path):
+    text = one_paragraph(invoke("fork", "nope", "copy", "--root", str(tmp_path)))
+    assert "no run 'nope'" in text and "`coevolve runs`" in text
+    make_run(tmp_path)
+    assert "invalid run name" in one_paragraph(invoke("fork", "demo", "../x", "--root", str(tmp_path)))
+    make_run(tmp_path, run="taken")
+    assert "fork into a new name" in one_paragraph(invoke("fork", "demo", "taken", "--root", str(tmp_path)))
+
+
+def test_fork_copies_no_stage_whose_manifest_is_not_current(tmp_path):
+    make_run(tmp_path)  # hand-written manifests: their cache keys match no config
+    result = invoke("fork", "demo", "copy", "--set", "evolve.every=1", "--root", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert "0 stages copied from 'demo'" in result.output and "coevolve run --run copy" in result.output
+    assert load_config(RunLayout(tmp_path, "copy").config_path).evolve.every == 1
 
 
 def test_bad_override_names_the_field(tmp_path):

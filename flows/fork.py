@@ -1,0 +1,148 @@
+"""Fork a run: start a new run with the stages of another run that its config would compute identically.
+
+    coevolve fork learning-grpo-s0 learning-coevolve-s0 --rounds 1 --set evolve.every=1
+    coevolve run --run learning-coevolve-s0 --rounds 3    # computes only what the fork did not copy
+
+Two runs that differ only in what happens after round 0 (GRPO against CoEvolve: the data evolves from
+round 0 on, but round 0's rollout, update and evaluation do not depend on it) compute the same stages
+at first. A fork copies those instead of computing them again. A stage of round r is copied when
+
+1. its source manifest is complete and current, and the target's config gives it the same cache key
+   over the source's inputs (so the config change does not touch it);
+2. the target already holds what it reads: its upstream stages of the round were copied, and so was
+   every stage of the earlier rounds (a round reads what they compute: the merged dataset, the policy);
+3. its artifacts are ledger rows whose ids can be re-derived for the target run (`FORKABLE`).
+
+Copies get the target's run name and ids (trajectory and group ids hash the run name, `stages.ledger`),
+grpo_update's checkpoint is hard-linked, and the manifest records its origin (`forked_from`) and the
+source's compute `seconds`, so the target's stage costs read as what computing them takes. The target
+computes every other stage when it runs; a later change upstream recomputes the copies like any stage.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+
+from flows.runs import RunError
+from stages.config import CoevolveConfig
+from stages.context import RunContext
+from stages.ledger import group_id, trajectory_id
+from stages.registry import round_plan
+from stages.runner import StageDef, is_cached, stage_key
+from storage.layout import RunLayout
+from storage.manifest import Manifest
+from storage.parquet import ArtifactError, write_text_atomic
+from storage.store import RunStore
+
+FORKABLE = frozenset({"trajectories", "steps", "samples", "updates", "evals", "tasks", "datasets"})
+"""Artifacts a fork can copy: the rollout ledger, updates, evaluations and the seed dataset."""
+_ID_COLUMNS = ("trajectory_id", "group_id", "sample_id")
+
+Copied = tuple[int, str]
+"""(round, stage) of a copied stage run."""
+Shared = tuple[Manifest, str]
+"""A stage run that can be copied: (its source manifest, its cache key in the target)."""
+
+
+def fork_run(config: CoevolveConfig, root: Path, source: str, target: str, rounds: int) -> list[Copied]:
+    """Create run `target` (with `config`) holding copies of the stages of `source`'s first `rounds`
+    rounds that it would compute identically; returns the copied (round, stage) pairs."""
+    try:
+        source_layout, target_layout = RunLayout(root, source), RunLayout(root, target)
+    except ValueError as exc:  # a run name that cannot be a folder
+        raise RunError(str(exc)) from exc
+    if not source_layout.config_path.exists():
+        missing = source_layout.config_path
+        raise RunError(f"no run '{source}' under {root} ({missing} missing): see `coevolve runs`")
+    if target_layout.rounds():
+        raise RunError(f"run '{target}' has stages already ({target_layout.run_dir}): fork into a new name")
+    if rounds < 1:
+        raise RunError(f"rounds must be >= 1, got {rounds}")
+    source_ctx = RunContext(config, RunStore(source_layout), quiet=True)
+    target_ctx = RunContext(config, RunStore(target_layout), quiet=True)
+    write_text_atomic(config.to_yaml(), target_layout.config_path)
+    copied = []
+    for round_ in range(rounds):
+        for stage in round_plan(config, round_):
+            shared = _shareable(stage, source_ctx, target_ctx, round_)
+            if shared is not None:
+                _copy(stage, shared, source_ctx.store, target_ctx.store, round_)
+                copied.append((round_, stage.name))
+        if len(copied) < sum(len(round_plan(config, r)) for r in range(round_ + 1)):
+            break  # a later round reads what this one computes (the merged dataset, the trained policy)
+    return copied
+
+
+def _shareable(stage: StageDef, source: RunContext, target: RunContext, round_: int) -> Shared | None:
+    """(source manifest, target cache key) when the stage can be copied, else None."""
+    manifest = source.store.manifest(round_, stage.name)
+    if manifest is None or not set(manifest.artifacts) <= FORKABLE:
+        return None
+    checkpoint = manifest.outputs.get("checkpoint")
+    if checkpoint is not None and not Path(checkpoint).is_dir():  # pruned (`train.keep_checkpoints`)
+        return None
+    try:
+        if is_cached(stage, source, round_, stage_key(stage, source, round_)) is None:
+            return None  # stale in the source, or the target's config changes it
+        return manifest, stage_key(stage, target, round_)
+    except ArtifactError:  # an input the source or the target lacks
+        return None
+
+
+def _copy(stage: StageDef, shared: Shared, source: RunStore, target: RunStore, round_: int) -> None:
+    manifest, key = shared
+    ids = _id_map(source, round_, stage.name, manifest, target.run)
+    paths = {}
+    if "checkpoint" in manifest.outputs:
+        paths[manifest.outputs["checkpoint"]] = str(target.layout.checkpoint_dir(round_))
+        _link_tree(Path(manifest.outputs["checkpoint"]), target.layout.checkpoint_dir(round_))
+    copy = Manifest(stage.name, target.run, round_, key, manifest.code_version,
+                    started_at=manifest.started_at, seconds=manifest.seconds, forked_from=source.run)
+    for name in manifest.artifacts:
+        table = _retarget(source.read(round_, stage.name, name), target.run, ids, paths)
+        copy.artifacts[name] = target.write(round_, stage.name, name, table)
+    copy.outputs = {k: paths.get(v, v) if isinstance(v, str) else v for k, v in manifest.outputs.items()}
+    target.write_manifest(copy)
+
+
+def _id_map(source: RunStore, round_: int, stage: str, manifest: Manifest, run: str) -> dict[str, str]:
+    """Old -> new trajectory and group ids of the stage's trajectories, derived for run `run`."""
+    if "trajectories" not in manifest.artifacts:
+        return {}
+    ids = {}
+    for row in source.read(round_, stage, "trajectories").to_pylist():
+        episode = (row["source"], row["task_id"], row["sample"], row["policy_version"])
+        if trajectory_id(source.run, round_, *episode) != row["trajectory_id"]:
+            raise ArtifactError(f"trajectory {row['trajectory_id']} of stage '{stage}' round {round_} in "
+                                f"run '{source.run}' does not have a derivable id: it cannot be forked")
+        ids[row["trajectory_id"]] = trajectory_id(run, round_, *episode)
+        ids[row["group_id"]] = group_id(run, round_, row["source"], row["task_id"])
+    return ids
+
+
+def _retarget(table: pa.Table, run: str, ids: dict[str, str], paths: dict[str, str]) -> pa.Table:
+    """`table` with the run name, the ids in `ids` and the paths in `paths` replaced."""
+    runs = pa.array([run] * table.num_rows, pa.string())
+    table = table.set_column(table.column_names.index("run"), "run", runs)
+    for column, mapping in {"checkpoint": paths, **dict.fromkeys(_ID_COLUMNS, ids)}.items():
+        if column in table.column_names:
+            values = [mapping.get(v, v) for v in table.column(column).to_pylist()]
+            table = table.set_column(table.column_names.index(column), column, pa.array(values, pa.string()))
+    return table
+
+
+def _link_tree(source: Path, target: Path) -> None:
+    """Copy a checkpoint folder as hard links (a plain copy across file systems)."""
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(source, target, copy_function=link)
