@@ -10,9 +10,10 @@ failure deciding a `discard` with its reason:
    or query token-Jaccard >= `evolve.contamination_jaccard`) is discarded with reason `contamination`.
 3. replay: the solution runs call by call in a fresh environment; it must change the state (digests
    differ) or read what the task asks for (every answer appears in a result of the solution). A
-   read-only candidate whose teacher named no answer asks for what its last call reads: its answers
-   become the values of that result the query does not already name (at most `MAX_READ_ANSWERS`;
-   recorded in the verdict's reason), else it is discarded as `no effect`.
+   read-only candidate whose teacher named no answer asks for what its last call reads when its query
+   asks a question or for information (`asks_for_information`: "What is ...?", "Show me ...", not
+   "Transfer ..."): its answers become the values of that result the query does not already name (at
+   most `MAX_READ_ANSWERS`; recorded in the verdict's reason), else it is discarded as `no effect`.
 4. solvability: every literal argument of the solution appears in the query or in a result of an
    earlier call of the solution.
 5. grounding: at least the share `evolve.grounding` of the literals the query names (numbers and
@@ -63,6 +64,12 @@ IDLE_REPLY = "Sorry, I cannot help with that."
 MAX_READ_ANSWERS = 3
 """Most values of a read-only solution's last result taken as the answers of a task that names none."""
 MAX_ANSWER_CHARS = 200
+_INFORMATION_REQUEST = re.compile(
+    r"\s*(what|which|how|who|whose|when|where|why|is|are|was|were|does|do|did|can|could|tell|show|list|find"
+    r"|check|look|get|read|give|fetch|display|retrieve|search)\b",
+    re.IGNORECASE,
+)
+"""The first word of a query that asks for information, not for an action."""
 _QUERY_LITERAL = re.compile(
     r"(?<![\w'])'([^'\n]{1,80})'(?![\w'])"  # 'quoted text' (not an apostrophe)
     r'|"([^"\n]{1,80})"'  # "quoted text"
@@ -223,6 +230,9 @@ def check_effect(task: Task, before: str | None, after: str | None, results: lis
 def read_answers(task: Task, results: list[str]) -> list[str]:
     """What a read-only task that names no answer asks for: the values of its last result that the query
     and the solution's arguments do not already name (Rejected when there is none or too many)."""
+    if not asks_for_information(task.turns[-1]):
+        raise Rejected("no effect: the solution changes nothing, and the query asks neither a question nor "
+                       "for information (a read-only solution of an instruction is a mismatched pair)")  # fmt: skip
     text = results[-1] if results else ""
     try:  # a JSON result, with whatever text an environment appends after it (a tool-world note)
         value, _ = json.JSONDecoder().raw_decode(text)
@@ -239,6 +249,12 @@ def read_answers(task: Task, results: list[str]) -> list[str]:
                        f"result holds {len(new)} new values (at most {MAX_READ_ANSWERS} are taken as the "
                        "answer)")  # fmt: skip
     return new
+
+
+def asks_for_information(query: str) -> bool:
+    """Whether a query asks a question or for information ("What is ...?", "Show me ...", "Read ..."),
+    rather than for an action ("Transfer ...", "Copy ...")."""
+    return query.rstrip().endswith("?") or _INFORMATION_REQUEST.match(query) is not None
 
 
 def query_literals(query: str) -> list[str]:
@@ -496,4 +512,4 @@ def compute_verify(ctx: RunContext, round_: int, key: str) -> StageResult:
     return StageResult(artifacts, {o: outcomes.count(o) for o in ("accept", "retain", "discard")})
 
 
-VERIFY = StageDef("verify", 3, ("evolve", "env", "rollout", "eval", "run"), _inputs, compute_verify)
+VERIFY = StageDef("verify", 4, ("evolve", "env", "rollout", "eval", "run"), _inputs, compute_verify)

@@ -359,6 +359,13 @@ def verified(tokenizer, world):
             f"Transfer 125.39 from {acc_a} to {acc_b}.",  # a small teacher's mismatched pair
             [{"name": "get_balance", "arguments": {"account_id": acc_a}}],
             [],
+            "instruction",
+        ),
+        candidate(
+            bank,
+            f"What is the balance of {acc_a} once 125.39 went to {acc_b}?",  # asks, but not what it reads
+            [{"name": "get_balance", "arguments": {"account_id": acc_a}}],
+            [],
             "ungrounded",
         ),
         candidate(
@@ -395,8 +402,8 @@ def verified(tokenizer, world):
 def test_verify_outcomes(verified):
     v = verified.by_candidate
     assert set(v) == {
-        "accept", "retain", "idle", "zero", "read", "noeffect", "ungrounded", "unsolvable", "badcall",
-        "contaminated",
+        "accept", "retain", "idle", "zero", "read", "noeffect", "instruction", "ungrounded", "unsolvable",
+        "badcall", "contaminated",
     }  # fmt: skip
     assert (v["accept"]["outcome"], v["accept"]["reward"], v["accept"]["success"]) == ("accept", 1.0, True)
     assert v["retain"]["outcome"] == "retain" and 0 < v["retain"]["reward"] < 0.5
@@ -406,6 +413,7 @@ def test_verify_outcomes(verified):
     assert (v["zero"]["outcome"], v["zero"]["reward"]) == ("discard", 0.0)
     assert v["zero"]["reason"] == "the policy failed with zero reward (2 attempts)"
     assert v["noeffect"]["reason"].startswith("no effect") and "new values (at most 3" in v["noeffect"]["reason"]
+    assert v["instruction"]["reason"].startswith("no effect") and "asks neither a question" in v["instruction"]["reason"]
     assert v["ungrounded"]["reason"] == (
         f"ungrounded: the query names 125.39, {verified.accounts[1]}, which the solution neither uses nor "
         "reads (1 of 3 literals grounded)"
@@ -413,7 +421,7 @@ def test_verify_outcomes(verified):
     assert v["unsolvable"]["reason"].startswith("unsolvable: argument Thanks a lot of send_message")
     assert v["badcall"]["reason"].startswith("replay: reference call teleport() failed")
     assert v["contaminated"]["reason"].startswith("contamination: near-duplicate of held-out task")
-    for name in ("noeffect", "ungrounded", "unsolvable", "badcall", "contaminated"):
+    for name in ("noeffect", "instruction", "ungrounded", "unsolvable", "badcall", "contaminated"):
         assert v[name]["outcome"] == "discard" and v[name]["attempts"] == 0 and v[name]["task"] is None
 
 
@@ -422,6 +430,26 @@ def test_a_read_only_candidate_without_answers_asks_for_what_its_solution_reads(
     assert json.loads(row["checker"])["answers"] == [[str(verified.balance_a)]]  # not the account it names
     assert (row["outcome"], row["attempts"]) == ("discard", 2)  # the fake policy does not know it: gives up
     assert row["reason"].endswith(f"answers read from the solution's last result: {verified.balance_a}")
+
+
+@pytest.mark.parametrize(
+    ("query", "asks"),
+    [
+        ("What is the booking reference in file /work/ideas.txt?", True),
+        ("How much money is in account BIZ-7", True),
+        ("Show me my accounts.", True),
+        ("read /work/ideas.txt", True),
+        ("Please tell me the balance of BIZ-7, thanks?", True),
+        ("Move 1751.46 from account BIZ-7 to account SAV-2.", False),
+        ("Copy /work/ideas.txt at /work/ideas.txt.", False),
+        ("Write the booking reference in /work/ideas.txt.", False),
+        ("Showcase the file.", False),
+    ],
+)
+def test_a_query_asks_for_information_or_for_an_action(query, asks):
+    from stages.verify import asks_for_information
+
+    assert asks_for_information(query) is asks
 
 
 def test_query_literals_are_numbers_identifiers_paths_and_quoted_text():
