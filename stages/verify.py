@@ -10,10 +10,11 @@ failure deciding a `discard` with its reason:
    or query token-Jaccard >= `evolve.contamination_jaccard`) is discarded with reason `contamination`.
 3. replay: the solution runs call by call in a fresh environment; it must change the state (digests
    differ) or read what the task asks for (every answer appears in a result of the solution). A
-   read-only candidate whose teacher named no answer asks for what its last call reads when its query
-   asks a question or for information (`asks_for_information`: "What is ...?", "Show me ...", not
-   "Transfer ..."): its answers become the values of that result the query does not already name (at
-   most `MAX_READ_ANSWERS`; recorded in the verdict's reason), else it is discarded as `no effect`.
+   read-only candidate must ask a question or for information (`asks_for_information`: "What is ...?",
+   "Show me ...", not "Transfer ..." solved by reading a balance; all 53 read-only one-turn reference
+   tasks of the tool world ask). One whose teacher named no answer asks for what its last call reads:
+   its answers become the values of that result the query does not already name (at most
+   `MAX_READ_ANSWERS`; recorded in the verdict's reason), else it is discarded as `no effect`.
 4. solvability: every literal argument of the solution appears in the query or in a result of an
    earlier call of the solution.
 5. grounding: at least the share `evolve.grounding` of the literals the query names (numbers and
@@ -230,9 +231,6 @@ def check_effect(task: Task, before: str | None, after: str | None, results: lis
 def read_answers(task: Task, results: list[str]) -> list[str]:
     """What a read-only task that names no answer asks for: the values of its last result that the query
     and the solution's arguments do not already name (Rejected when there is none or too many)."""
-    if not asks_for_information(task.turns[-1]):
-        raise Rejected("no effect: the solution changes nothing, and the query asks neither a question nor "
-                       "for information (a read-only solution of an instruction is a mismatched pair)")  # fmt: skip
     text = results[-1] if results else ""
     try:  # a JSON result, with whatever text an environment appends after it (a tool-world note)
         value, _ = json.JSONDecoder().raw_decode(text)
@@ -310,9 +308,13 @@ def check_candidate(
         raise Rejected(f"{CONTAMINATION}: near-duplicate of held-out task {twin}")
     before, after, results = replay_solution(make_env, task)
     derived: list[str] = []
-    if not any(task.checker.get("answers") or []) and before is not None and before == after:
-        derived = read_answers(task, results)
-        task = candidate_task({**row, "answers": json.dumps(derived)})
+    if before is not None and before == after:  # read-only: it must ask for what it reads
+        if not asks_for_information(task.turns[-1]):
+            raise Rejected("no effect: the solution changes nothing, and the query asks neither a question nor "
+                           "for information (a read-only solution of an instruction is a mismatched pair)")
+        if not any(task.checker.get("answers") or []):
+            derived = read_answers(task, results)
+            task = candidate_task({**row, "answers": json.dumps(derived)})
     check_effect(task, before, after, results)
     check_solvable(task, results)
     check_grounded(task, results, settings.grounding)

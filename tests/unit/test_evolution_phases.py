@@ -363,6 +363,13 @@ def verified(tokenizer, world):
         ),
         candidate(
             bank,
+            f"Move 5 from {acc_a} to {acc_b}.",  # the same with the balance it reads named as the answer
+            [{"name": "get_balance", "arguments": {"account_id": acc_a}}],
+            [str(a["balance"])],
+            "named",
+        ),
+        candidate(
+            bank,
             f"What is the balance of {acc_a} once 125.39 went to {acc_b}?",  # asks, but not what it reads
             [{"name": "get_balance", "arguments": {"account_id": acc_a}}],
             [],
@@ -402,8 +409,8 @@ def verified(tokenizer, world):
 def test_verify_outcomes(verified):
     v = verified.by_candidate
     assert set(v) == {
-        "accept", "retain", "idle", "zero", "read", "noeffect", "instruction", "ungrounded", "unsolvable",
-        "badcall", "contaminated",
+        "accept", "retain", "idle", "zero", "read", "noeffect", "instruction", "named", "ungrounded",
+        "unsolvable", "badcall", "contaminated",
     }  # fmt: skip
     assert (v["accept"]["outcome"], v["accept"]["reward"], v["accept"]["success"]) == ("accept", 1.0, True)
     assert v["retain"]["outcome"] == "retain" and 0 < v["retain"]["reward"] < 0.5
@@ -413,7 +420,8 @@ def test_verify_outcomes(verified):
     assert (v["zero"]["outcome"], v["zero"]["reward"]) == ("discard", 0.0)
     assert v["zero"]["reason"] == "the policy failed with zero reward (2 attempts)"
     assert v["noeffect"]["reason"].startswith("no effect") and "new values (at most 3" in v["noeffect"]["reason"]
-    assert v["instruction"]["reason"].startswith("no effect") and "asks neither a question" in v["instruction"]["reason"]
+    for name in ("instruction", "named"):
+        assert v[name]["reason"].startswith("no effect") and "asks neither a question" in v[name]["reason"]
     assert v["ungrounded"]["reason"] == (
         f"ungrounded: the query names 125.39, {verified.accounts[1]}, which the solution neither uses nor "
         "reads (1 of 3 literals grounded)"
@@ -421,7 +429,7 @@ def test_verify_outcomes(verified):
     assert v["unsolvable"]["reason"].startswith("unsolvable: argument Thanks a lot of send_message")
     assert v["badcall"]["reason"].startswith("replay: reference call teleport() failed")
     assert v["contaminated"]["reason"].startswith("contamination: near-duplicate of held-out task")
-    for name in ("noeffect", "instruction", "ungrounded", "unsolvable", "badcall", "contaminated"):
+    for name in ("noeffect", "instruction", "named", "ungrounded", "unsolvable", "badcall", "contaminated"):
         assert v[name]["outcome"] == "discard" and v[name]["attempts"] == 0 and v[name]["task"] is None
 
 
