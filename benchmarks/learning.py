@@ -32,8 +32,10 @@ more cores than one small-model run can use.
 Each arm's run starts as a fork of the grpo run of its seed (`flows/fork.py`; `--no-share` turns it off):
 round 0's baseline, rollout, update and evaluation do not depend on the data evolution, so they are
 computed once per seed and copied into the other arms (their manifests say `forked_from`; the report's
-stage seconds count them in every arm, as the compute they stand for). With `--jobs`, an arm forks only
-what the grpo run of its seed has finished when the arm starts.
+stage seconds count them in every arm, as the compute they stand for). The grpo run of a seed runs its
+round 0 first and the seed's other arms fork it then, while its round-0 checkpoint still exists (runs
+keep their last `train.keep_checkpoints`). With `--jobs`, an arm forks only what the grpo run of its
+seed has finished when the arm starts.
 
 Runs are named `learning-<arm>-s<seed>` under the storage root, so everything is in the DuckDB catalog
 (`coevolve sql "SELECT run, round, split, avg(success::INT) FROM evals GROUP BY ALL"`). Re-running the
@@ -117,11 +119,12 @@ class Plan:
         )
 
     def runs(self) -> list[tuple[str, int]]:
-        """(arm, seed) pairs, seed by seed so that an early stop still has every arm of seed 0."""
+        """(arm, seed) pairs, seed by seed so that an early stop still has every arm of seed 0, grpo first
+        so that the other arms of the seed can fork it."""
         return [
             (arm, seed)
             for seed in range(self.seeds)
-            for arm in self.arms
+            for arm in sorted(self.arms, key=list(ARMS).index)
             if seed == 0 or arm in ("grpo", "coevolve")
         ]
 
@@ -171,8 +174,15 @@ def run_arms(plan: Plan, root: Path) -> dict[str, float]:
         name = run_name(arm, seed)
         print(f"--- {name}: {plan.rounds} rounds, overrides {' '.join(ARMS[arm]) or '(none)'}", flush=True)
         started = time.perf_counter()
+        overrides = run_overrides(plan, arm, seed)
+        if arm == "grpo" and plan.share and plan.rounds > 1:
+            # round 0 first: the seed's other arms fork it while its checkpoint is still kept
+            coevolve(str(plan.config), run=name, rounds=1, overrides=overrides)
+            for other, other_seed in plan.runs():
+                if other_seed == seed:
+                    share_with_grpo(plan, root, other, seed)
         share_with_grpo(plan, root, arm, seed)
-        coevolve(str(plan.config), run=name, rounds=plan.rounds, overrides=run_overrides(plan, arm, seed))
+        coevolve(str(plan.config), run=name, rounds=plan.rounds, overrides=overrides)
         seconds[name] = time.perf_counter() - started
     return seconds
 

@@ -41,14 +41,14 @@ def test_quick_plan_runs_and_reports(tmp_path, monkeypatch, prefect_api):
 
     monkeypatch.setenv("COEVOLVE_HOME", str(tmp_path / "runs"))
     assert Plan.make(quick=True).arms == ("grpo", "coevolve") and Plan.make(quick=False).seeds == 3
-    plan = Plan.make(quick=True, config=CONFIGS / "test-tiny.yaml", rounds=1, arms=["grpo", "coevolve", "no-verify"],
-                     overrides=["evolve.every=1", "eval.splits=[test, heldout-templates]"],
+    plan = Plan.make(quick=True, config=CONFIGS / "test-tiny.yaml", rounds=2, arms=["grpo", "coevolve", "no-verify"],
+                     overrides=["evolve.every=1", "eval.splits=[test, heldout-templates]", "train.keep_checkpoints=1"],
                      warm_start_tasks=4)  # fmt: skip
     assert plan.runs() == [("grpo", 0), ("coevolve", 0), ("no-verify", 0)]
     text = run_benchmark(plan, tmp_path / "out")
     curves = pl.read_parquet(tmp_path / "out" / "curves.parquet")
     assert set(curves["arm"]) == {"grpo", "coevolve", "no-verify"}
-    assert set(curves["updates"]) == {0, 1} and set(curves["split"]) == {"test", "heldout-templates"}
+    assert set(curves["updates"]) == {0, 1, 2} and set(curves["split"]) == {"test", "heldout-templates"}
     assert "coevolve - grpo" in text and "| learning-coevolve-s0 |" in text
     # every arm starts from the one warm-started checkpoint
     (checkpoint,) = (tmp_path / "runs" / "warm-start").iterdir()
@@ -64,10 +64,13 @@ def test_quick_plan_runs_and_reports(tmp_path, monkeypatch, prefect_api):
     budget = query(tmp_path / "runs", "SELECT run, count(*) AS n FROM trajectories WHERE source = 'rollout' "
                                       "GROUP BY run").to_pylist()  # fmt: skip
     assert len({row["n"] for row in budget}) == 1 and len(budget) == 3
-    # the evolving arms started as forks of grpo: round 0's rollout was computed once
+    # the evolving arms started as forks of grpo: round 0's rollout and update were computed once (the
+    # arms forked grpo's round 0 before its later rounds pruned the round-0 checkpoint)
     for arm in ("coevolve", "no-verify"):
-        manifest = tmp_path / "runs" / f"run=learning-{arm}-s0" / "round=0" / "stage=rollout" / "_manifest.json"
-        assert json.loads(manifest.read_text())["forked_from"] == "learning-grpo-s0"
+        for stage in ("rollout", "grpo_update", "evaluate"):
+            manifest = tmp_path / "runs" / f"run=learning-{arm}-s0" / "round=0" / f"stage={stage}" / "_manifest.json"
+            assert json.loads(manifest.read_text())["forked_from"] == "learning-grpo-s0"
+    assert not (tmp_path / "runs" / "run=learning-grpo-s0" / "checkpoints" / "round=0").exists()
 
 
 def test_evolving_arms_need_evolution_in_the_config():
