@@ -4,9 +4,9 @@
         --start /tmp/suite4/warm-start/<policy warm start> --tasks 96
 
 `stages.warm_start.teacher_checkpoint`: the policy's warm-started checkpoint (so the teacher can still
-explore) fine-tuned on abstraction examples only, each with distractor calls it must leave out, on
-fresh training-family tasks drawn with another seed than the policy's warm start (never a task of any
-split). The checkpoint goes to `<root>/warm-start/teacher-<hash>/`; measure it with
+act in explorations) fine-tuned on the teacher's replies for fresh training-family tasks drawn with
+another seed than the policy's warm start (never a task of any split): one abstraction example per task,
+with distractor calls it must leave out, and one reflection example per task. The checkpoint goes to `<root>/warm-start/teacher-<hash>/`; measure it with
 `benchmarks.abstraction_probe --model <path>`, use it with `--set teacher.type=local --set
 teacher.model=<path>`.
 """

@@ -33,7 +33,8 @@ from llm.chat import ChatFormat
 from rl.warm_start import WarmStart, as_batch, reference_sample, warm_start
 from stages.abstract import Group, abstract_messages
 from stages.config import CoevolveConfig
-from stages.teacher import ABSTRACT_PREFIX
+from stages.explore import Target, reflection_messages
+from stages.teacher import ABSTRACT_PREFIX, REFLECT_PREFIX
 
 SEED_OFFSET = 1_000_003
 RECORD = "warm_start.json"
@@ -99,6 +100,47 @@ def abstraction_sample(env: Environment, chat: ChatFormat, task: Task, max_tasks
     return prompt + target, [0] * len(prompt) + [1] * len(target)
 
 
+def reflection_sample(env: Environment, chat: ChatFormat, task: Task, *,
+                      rng: random.Random | None = None) -> tuple[list[int], list[int]]:  # fmt: skip
+    """The teacher's reflection prompt (`stages.explore`) on a failed attempt at `task`, answered with a
+    context the task's reference solution supports. Ids and loss mask, the reply prefilled with
+    `REFLECT_PREFIX` like at inference.
+
+    The attempt is the reference calls without the last one (nothing, for a one-call solution), marked by
+    a boundary signal; the reply names the reference's tools, diagnoses the missing call and plans the
+    calls in order. A teacher trained on abstraction examples alone forgets this reply's format (its
+    reflections stop parsing, so it explores nothing: benchmarks/RESULTS.md)."""
+    rng = rng or random.Random(0)
+    tools = env.reset(task).tools
+    reference = [call for turn in task.solution or [] for call in turn]
+    *done, missing = reference
+    steps = []
+    for i, call in enumerate(done):
+        (ran,) = env.step([call]).info["calls"]
+        observation = ran.get("result") if ran.get("ok") else ran.get("error")
+        steps.append({"step": i, "call_index": 0, "kind": "call", "tool": call.name, "ok": bool(ran.get("ok")),
+                      "arguments": json.dumps(call.arguments),
+                      "observation": observation if isinstance(observation, str) else json.dumps(observation)})
+    steps.append({"step": len(done), "call_index": 0, "kind": "answer", "reply": "Done."})
+    successes = rng.randint(1, 7)
+    evidence = json.dumps({"successes": successes, "failures": 8 - successes, "samples": 8}, separators=(",", ":"))
+    reward = env.evaluate().reward
+    target = Target("warm-start", task, "boundary", steps=steps, outcome=f"reward {reward:.2f}, failure",
+                    evidence=evidence)  # fmt: skip
+    names = list(dict.fromkeys(call.name for call in reference))
+    arguments = ", ".join(f"{k}={v}" for k, v in missing.arguments.items())
+    diagnosis = (f"The agent stopped before calling {missing.name}({arguments}), so the task was left unfinished."
+                 if done else f"The agent answered without calling {missing.name}, so nothing was done.")  # fmt: skip
+    plan = (f"Call {', then '.join(names)} in this order with the values a user names, and vary the arguments "
+            f"to see what each call returns and changes.")  # fmt: skip
+    reply = json.dumps({"tools": names, "apps": [], "diagnosis": diagnosis, "plan": plan})
+    if not reply.startswith(REFLECT_PREFIX):
+        raise AssertionError(f"the reflection reply must start with {REFLECT_PREFIX!r}")
+    prompt = chat.prompt_ids(reflection_messages(target, tools), tools=[]) + chat.encode(REFLECT_PREFIX)
+    answer = chat.encode(reply[len(REFLECT_PREFIX):]) + [chat.end_of_turn_id]
+    return prompt + answer, [0] * len(prompt) + [1] * len(answer)
+
+
 def warm_start_checkpoint(config: CoevolveConfig, settings: WarmStart, directory: Path) -> Path:
     """The warm-started checkpoint of `config`'s policy under `directory`, built if missing."""
     import torch
@@ -132,15 +174,17 @@ def warm_start_checkpoint(config: CoevolveConfig, settings: WarmStart, directory
 def teacher_checkpoint(config: CoevolveConfig, start: Path, settings: WarmStart, directory: Path, *,
                        distractors: int = 2) -> Path:  # fmt: skip
     """A teacher of its own (`teacher.type: local`) under `directory`, built if missing: the checkpoint
-    `start` (e.g. the policy's warm start, so the teacher can also explore) fine-tuned on abstraction
-    examples only, each with `distractors` extra observed calls to leave out (`abstraction_sample`), on
-    `settings.tasks` fresh training-family tasks (`settings.seed` picks which: use another seed than the
-    policy's warm start)."""
+    `start` (e.g. the policy's warm start, so the teacher can also act in explorations) fine-tuned on the
+    teacher's two replies for `settings.tasks` fresh training-family tasks (`settings.seed` picks which:
+    use another seed than the policy's warm start): an abstraction example each, with `distractors` extra
+    observed calls to leave out (`abstraction_sample`), and a reflection example each
+    (`reflection_sample`)."""
     import torch
 
     from llm.models import load_model
 
     key = content_hash({"start": str(start), "settings": asdict(settings), "distractors": distractors,
+                        "replies": ["abstract", "reflect"],
                         "env": config.env.name, "options": config.env.options,
                         "max_tasks": config.evolve.max_tasks_per_group}, length=12)  # fmt: skip
     target = Path(directory) / f"teacher-{key}"
@@ -153,9 +197,10 @@ def teacher_checkpoint(config: CoevolveConfig, start: Path, settings: WarmStart,
     env, chat, rng = envs.make(config.env.name, **config.env.options), ChatFormat(tokenizer), random.Random(settings.seed)
     rows = [abstraction_sample(env, chat, task, config.evolve.max_tasks_per_group, distractors=distractors, rng=rng)
             for task in tasks]  # fmt: skip
-    samples = as_batch(rows, [task.family for task in tasks])
-    print(f"teacher warm start: {len(rows)} abstraction examples, {distractors} distractor calls each, "
-          f"{settings.epochs} epochs", file=sys.stderr, flush=True)  # fmt: skip
+    rows += [reflection_sample(env, chat, task, rng=rng) for task in tasks]
+    samples = as_batch(rows, [("abstract", t.family) for t in tasks] + [("reflect", t.family) for t in tasks])
+    print(f"teacher warm start: {len(tasks)} abstraction examples ({distractors} distractor calls each) and "
+          f"{len(tasks)} reflection examples, {settings.epochs} epochs", file=sys.stderr, flush=True)  # fmt: skip
     losses = warm_start(model, samples, settings, progress=_report)
     record = {"start": str(start), "settings": asdict(settings), "distractors": distractors,
               "examples": len(rows), "task_ids": [t.id for t in tasks], "losses": losses,

@@ -95,7 +95,7 @@ def test_teacher_checkpoint_starts_from_a_checkpoint_and_is_built_once(tmp_path)
     start = warm_start_checkpoint(config, WarmStart(tasks=2, epochs=1, batch_size=2, teacher=False), tmp_path)
     path = teacher_checkpoint(config, start, settings, tmp_path)
     record = json.loads((path / RECORD).read_text())
-    assert record["start"] == str(start) and record["examples"] == 4 and record["distractors"] == 2
+    assert record["start"] == str(start) and record["examples"] == 8 and record["distractors"] == 2  # 4 + 4
     assert teacher_checkpoint(config, start, settings, tmp_path) == path
     model, _ = load_model(str(path))
     assert model.config.model_type == "llama"
@@ -129,3 +129,27 @@ def test_abstraction_example_is_a_reply_the_real_parser_accepts(tiny, distractor
     assert len(observed) == len(reference) + distractors  # the distractors are observed, not in the solution
     assert [(c["name"], c["arguments"]) for c in parsed["solution"]] == [(c.name, c.arguments) for c in reference]
     assert parsed["query"] == " ".join(task.turns)
+
+
+@pytest.mark.parametrize("calls", [1, 2])
+def test_reflection_example_is_a_reply_the_real_parser_accepts(tiny, calls):
+    from stages.explore import parse_context
+    from stages.teacher import REFLECT_PREFIX
+    from stages.warm_start import reflection_sample
+
+    _, tokenizer, chat = tiny
+    env = envs.make("toolworld", seed=3)
+    task = next(t for t in env.tasks("train") if sum(map(len, t.solution)) == calls)
+    ids, mask = reflection_sample(env, chat, task)
+    prompt = tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if not m])
+    assert "Signal: boundary" in prompt and prompt.endswith(REFLECT_PREFIX)
+    reference = [call for turn in task.solution for call in turn]
+    attempt = prompt.split("What the agent did")[1]
+    # the attempt holds every reference call but the last, then gives up
+    assert [c.name for c in reference[:-1]] == [c.name for c in reference if f"{c.name}(" in attempt][: calls - 1]
+    assert "final answer: Done." in attempt and "failure" in attempt
+    reply = REFLECT_PREFIX + tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if m][:-1])
+    names = {t["function"]["name"] for t in env.reset(task).tools}
+    context, status, reason = parse_context(reply, names)
+    assert (status, reason) == ("ok", None)
+    assert context["tools"] == list(dict.fromkeys(c.name for c in reference)) and reference[-1].name in context["diagnosis"]
