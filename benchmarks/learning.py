@@ -2,7 +2,7 @@
 
     coevolve bench learning [--quick]        # = python -m benchmarks.learning
 
-`--quick` (22 minutes on 2 cores once the warm start is built, benchmarks/RESULTS.md): grpo and
+`--quick` (15 minutes on 2 cores once the warm start is built, benchmarks/RESULTS.md): grpo and
 coevolve only, one seed, 2 rounds, 8 tasks per eval split. The full suite: every arm, 3 seeds of grpo
 and coevolve, the config's `run.rounds` (3).
 

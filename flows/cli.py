@@ -373,7 +373,7 @@ def engine_serve(
 @bench_app.command("learning")
 def bench_learning(
     quick: Annotated[bool, typer.Option(
-        help="grpo and coevolve, one seed, 2 rounds, 8 eval tasks per split (about 22 minutes on 2 cores once the warm start is built).")] = False,
+        help="grpo and coevolve, one seed, 2 rounds, 8 eval tasks per split (about 15 minutes on 2 cores once the warm start is built).")] = False,
     config: Annotated[Path, typer.Option(help="Config every arm starts from.")] = Path("configs/learning-smollm2.yaml"),
     rounds: Annotated[int | None, typer.Option(help="Rounds per run (default: the config's run.rounds; --quick 2).")] = None,
     seeds: Annotated[int | None, typer.Option(help="Seeds of grpo and coevolve (default 3, --quick 1).")] = None,

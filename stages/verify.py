@@ -11,8 +11,8 @@ failure deciding a `discard` with its reason:
 3. replay: the solution runs call by call in a fresh environment; it must change the state (digests
    differ) or read what the task asks for (every answer appears in a result of the solution). A
    read-only candidate must ask a question or for information (`asks_for_information`: "What is ...?",
-   "Show me ...", not "Transfer ..." solved by reading a balance; all 53 read-only one-turn reference
-   tasks of the tool world ask). One whose teacher named no answer asks for what its last call reads:
+   "Show me ...", "... Tell me the result.", not "Transfer ..." solved by reading a balance; all 53
+   read-only one-turn reference tasks of the tool world ask). One whose teacher named no answer asks for what its last call reads:
    its answers become the values of that result the query does not already name (at most
    `MAX_READ_ANSWERS`; recorded in the verdict's reason), else it is discarded as `no effect`.
 4. solvability: every literal argument of the solution appears in the query or in a result of an
@@ -66,11 +66,12 @@ MAX_READ_ANSWERS = 3
 """Most values of a read-only solution's last result taken as the answers of a task that names none."""
 MAX_ANSWER_CHARS = 200
 _INFORMATION_REQUEST = re.compile(
-    r"\s*(what|which|how|who|whose|when|where|why|is|are|was|were|does|do|did|can|could|tell|show|list|find"
+    r"(?:^|[.;:!?]\s+|,?\s+(?:and|then)\s+)\s*(?:please\s+|(?:can|could) you\s+)?"
+    r"(what|which|how|who|whose|when|where|why|is|are|was|were|does|do|did|can|could|tell|show|list|find"
     r"|check|look|get|read|give|fetch|display|retrieve|search)\b",
     re.IGNORECASE,
 )
-"""The first word of a query that asks for information, not for an action."""
+"""A sentence or clause of a query that asks for information ("Tell me ...", "... and show me ...")."""
 _QUERY_LITERAL = re.compile(
     r"(?<![\w'])'([^'\n]{1,80})'(?![\w'])"  # 'quoted text' (not an apostrophe)
     r'|"([^"\n]{1,80})"'  # "quoted text"
@@ -252,7 +253,7 @@ def read_answers(task: Task, results: list[str]) -> list[str]:
 def asks_for_information(query: str) -> bool:
     """Whether a query asks a question or for information ("What is ...?", "Show me ...", "Read ..."),
     rather than for an action ("Transfer ...", "Copy ...")."""
-    return query.rstrip().endswith("?") or _INFORMATION_REQUEST.match(query) is not None
+    return query.rstrip().endswith("?") or _INFORMATION_REQUEST.search(query) is not None
 
 
 def query_literals(query: str) -> list[str]:
