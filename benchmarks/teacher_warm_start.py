@@ -1,7 +1,7 @@
 """Build a teacher of its own for the learning benchmark (`teacher.type: local`) and print its path.
 
     .venv/bin/python -u -m benchmarks.teacher_warm_start --root /tmp/suite4 \
-        --start /tmp/suite4/warm-start/<policy warm start> --tasks 96
+        --start /tmp/suite4/warm-start/<policy warm start> --tasks 48
 
 `stages.warm_start.teacher_checkpoint`: the policy's warm-started checkpoint (so the teacher can still
 act in explorations) fine-tuned on the teacher's replies for fresh training-family tasks drawn with
@@ -25,7 +25,7 @@ def main() -> None:
     parser.add_argument("--root", type=Path, required=True)
     parser.add_argument("--start", type=Path, required=True, help="checkpoint to start from")
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
-    parser.add_argument("--tasks", type=int, default=96)
+    parser.add_argument("--tasks", type=int, default=48, help="tasks; each gives an abstraction and a reflection example")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--distractors", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1, help="task draw; the policy's warm start uses 0")

@@ -12,9 +12,10 @@ failure deciding a `discard` with its reason:
    differ) or read what the task asks for (every answer appears in a result of the solution). A
    read-only candidate must ask a question or for information (`asks_for_information`: "What is ...?",
    "Show me ...", "... Tell me the result.", not "Transfer ..." solved by reading a balance; all 53
-   read-only one-turn reference tasks of the tool world ask). One whose teacher named no answer asks for what its last call reads:
-   its answers become the values of that result the query does not already name (at most
-   `MAX_READ_ANSWERS`; recorded in the verdict's reason), else it is discarded as `no effect`.
+   read-only one-turn reference tasks of the tool world ask). One whose teacher named no answer asks
+   for what its last call reads: its answers become the values of that result the query does not
+   already name (at most `MAX_READ_ANSWERS`; recorded in the verdict's reason), else it is discarded
+   as `no effect`.
 4. solvability: every literal argument of the solution appears in the query or in a result of an
    earlier call of the solution.
 5. grounding: at least the share `evolve.grounding` of the literals the query names (numbers and

@@ -83,9 +83,7 @@ def abstraction_sample(env: Environment, chat: ChatFormat, task: Task, max_tasks
         plan.insert(rng.randrange(len(plan) + 1), (ToolCall(name=rng.choice(free), arguments={}), False))
     calls, solution = [], []
     for call, wanted in plan:
-        (ran,) = env.step([call]).info["calls"]
-        observation = ran.get("result") if ran.get("ok") else ran.get("error")
-        text = observation if isinstance(observation, str) else json.dumps(observation, default=str)
+        _, text = _observe(env, call)
         if wanted:
             solution.append(len(calls))
         calls.append({"tool": call.name, "arguments": call.arguments, "observation": text})
@@ -116,11 +114,9 @@ def reflection_sample(env: Environment, chat: ChatFormat, task: Task, *,
     *done, missing = reference
     steps = []
     for i, call in enumerate(done):
-        (ran,) = env.step([call]).info["calls"]
-        observation = ran.get("result") if ran.get("ok") else ran.get("error")
-        steps.append({"step": i, "call_index": 0, "kind": "call", "tool": call.name, "ok": bool(ran.get("ok")),
-                      "arguments": json.dumps(call.arguments),
-                      "observation": observation if isinstance(observation, str) else json.dumps(observation)})
+        ok, text = _observe(env, call)
+        steps.append({"step": i, "call_index": 0, "kind": "call", "tool": call.name, "ok": ok,
+                      "arguments": json.dumps(call.arguments), "observation": text})  # fmt: skip
     steps.append({"step": len(done), "call_index": 0, "kind": "answer", "reply": "Done."})
     successes = rng.randint(1, 7)
     evidence = json.dumps({"successes": successes, "failures": 8 - successes, "samples": 8}, separators=(",", ":"))
@@ -139,6 +135,13 @@ def reflection_sample(env: Environment, chat: ChatFormat, task: Task, *,
     prompt = chat.prompt_ids(reflection_messages(target, tools), tools=[]) + chat.encode(REFLECT_PREFIX)
     answer = chat.encode(reply[len(REFLECT_PREFIX):]) + [chat.end_of_turn_id]
     return prompt + answer, [0] * len(prompt) + [1] * len(answer)
+
+
+def _observe(env: Environment, call: ToolCall) -> tuple[bool, str]:
+    """Run one call; (whether it ran, its result or error as text)."""
+    (ran,) = env.step([call]).info["calls"]
+    observation = ran.get("result") if ran.get("ok") else ran.get("error")
+    return bool(ran.get("ok")), observation if isinstance(observation, str) else json.dumps(observation, default=str)
 
 
 def warm_start_checkpoint(config: CoevolveConfig, settings: WarmStart, directory: Path) -> Path:
