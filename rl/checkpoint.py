@@ -50,9 +50,16 @@ def _replace_dir(tmp: Path, directory: Path) -> None:
 
 
 def save_checkpoint(
-    model: nn.Module, tokenizer: Any | None, optimizer: torch.optim.Optimizer | None, directory: Path
+    model: nn.Module,
+    tokenizer: Any | None,
+    optimizer: torch.optim.Optimizer | None,
+    directory: Path,
+    *,
+    state: tuple[dict[str, Any], dict[str, Any]] | None = None,
 ) -> None:
-    """Save ``model`` (adapters only if it is a peft model), ``tokenizer`` and optimizer state."""
+    """Save ``model`` (adapters only if it is a peft model), ``tokenizer`` and optimizer state.
+    ``state``: the model's and optimizer's state dicts gathered already (a sharded model,
+    `rl.sharding.full_state`), written instead of the live ones."""
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = directory.with_name(f"{directory.name}.tmp-{os.getpid()}")
@@ -60,11 +67,11 @@ def save_checkpoint(
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        model.save_pretrained(tmp)
+        model.save_pretrained(tmp, **({} if state is None else {"state_dict": state[0]}))
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         if optimizer is not None:
-            torch.save(optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+            torch.save(optimizer.state_dict() if state is None else state[1], tmp / OPTIMIZER_FILE)
         marker = {"kind": "adapter" if _is_peft(model) else "full", "optimizer": optimizer is not None}
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
         _replace_dir(tmp, directory)
@@ -106,10 +113,15 @@ def load_checkpoint(
     return model, tokenizer
 
 
-def load_optimizer_state(optimizer: torch.optim.Optimizer, directory: Path) -> None:
-    """Restore ``optimizer`` from ``directory/optimizer.pt`` (tensors go to the params' devices)."""
+def read_optimizer_state(directory: Path) -> dict[str, Any]:
+    """The optimizer state dict saved in ``directory/optimizer.pt`` (on the CPU)."""
     _read_marker(directory)
     path = Path(directory) / OPTIMIZER_FILE
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint directory {directory} has no {OPTIMIZER_FILE}")
-    optimizer.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, directory: Path) -> None:
+    """Restore ``optimizer`` from ``directory/optimizer.pt`` (tensors go to the params' devices)."""
+    optimizer.load_state_dict(read_optimizer_state(directory))

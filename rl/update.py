@@ -29,6 +29,10 @@ every process holds the whole batch and the same weights, and takes micro-batche
 ...`` of each mini-batch; its losses are still divided by the *whole* mini-batch's token count, and the
 gradients are summed over processes (one all-reduce) before clipping, so every process takes exactly the
 one-process optimizer step and the weights stay identical. Metrics are summed over processes too.
+With sharded weights (`rl.sharding`, FSDP2) the reduction is FSDP's own (an average, times the number
+of processes), and a process with fewer micro-batches in a mini-batch runs extra passes with a zero loss
+(`Shard.padding`): every forward and backward pass gathers weights from all processes, so all must run
+the same number.
 
 The learning rate belongs to the optimizer (build it with `make_optimizer`, schedule it outside);
 ``UpdateHyperparams.lr``/``weight_decay`` are only what `make_optimizer` uses.
@@ -38,7 +42,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -48,6 +52,7 @@ from rl.advantages import group_advantages
 from rl.batch import SampleBatch, micro_batches
 from rl.logprobs import token_logprobs
 from rl.loss import LossMetrics, grpo_loss
+from rl.sharding import is_sharded
 from rl.shared_prefix import shared_prefix_logprobs, supports_shared_prefix
 
 Plan = list[list[list[int]]]  # mini-batches -> micro-batches -> row indices
@@ -260,7 +265,8 @@ class _MetricsSum:
 def _optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float | None) -> float:
     params = [p for p in model.parameters() if p.requires_grad]
     limit = max_grad_norm if max_grad_norm and max_grad_norm > 0 else float("inf")
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
+    norm = torch.nn.utils.clip_grad_norm_(params, limit)
+    grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # sharded: a DTensor
     optimizer.step()
     return grad_norm
 
@@ -297,7 +303,14 @@ def _mini_batch_step(
         acc.add(metrics)
         if progress is not None:
             progress(len(micro))
-    if accelerator is not None:
+    for micro in mini.padding:  # sharded weights: as many passes as the busiest process, adding nothing
+        lp = micro_batch_logprobs(model, batch, micro, temperature=hp.temperature, shared_prefix=shared_prefix)
+        (lp.sum() * 0.0).backward()
+    if accelerator is not None and is_sharded(model):  # FSDP averaged them: the sum, as below
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(accelerator.num_processes)
+    elif accelerator is not None:
         _sum_gradients(model, accelerator)
     acc.end_step(_optimizer_step(model, optimizer, hp.max_grad_norm))
 
@@ -319,13 +332,19 @@ class Shard:
 
     micro: list[list[int]]
     num_tokens: int
+    padding: list[list[int]] = field(default_factory=list)
+    """Micro-batches run with a zero loss, so that every process runs as many passes (sharded weights)."""
 
 
-def shard_plan(batch: SampleBatch, plan: Plan, rank: int = 0, world: int = 1) -> list[Shard]:
-    """Micro-batches ``rank, rank + world, ...`` of every mini-batch (possibly none)."""
-    return [
-        Shard(mini[rank::world], batch.policy_tokens([i for micro in mini for i in micro])) for mini in plan
-    ]
+def shard_plan(batch: SampleBatch, plan: Plan, rank: int = 0, world: int = 1, *, lockstep: bool = False) -> list[Shard]:
+    """Micro-batches ``rank, rank + world, ...`` of every mini-batch (possibly none); with `lockstep`, padded
+    with copies of the mini-batch's first micro-batch up to the busiest process's count."""
+    shards = []
+    for mini in plan:
+        mine = mini[rank::world]
+        padding = [mini[0]] * (-(-len(mini) // world) - len(mine)) if lockstep else []
+        shards.append(Shard(mine, batch.policy_tokens([i for micro in mini for i in micro]), padding))
+    return shards
 
 
 def grpo_update(
@@ -358,8 +377,9 @@ def grpo_update(
     if accelerator is None:
         shards = shard_plan(batch, plan)
     else:
-        shards = shard_plan(batch, plan, accelerator.process_index, accelerator.num_processes)
-    local_plan = [shard.micro for shard in shards]
+        shards = shard_plan(batch, plan, accelerator.process_index, accelerator.num_processes,
+                            lockstep=is_sharded(model))  # fmt: skip
+    local_plan = [shard.micro + shard.padding for shard in shards]
     group_ids = torch.tensor(batch.group_ids, dtype=torch.long)
     acc = _MetricsSum()
 

@@ -13,8 +13,13 @@ inference servers), so the flow and every other stage are unchanged.
 
 Processes come from the accelerate config (`num_processes`, GPUs per process; `configs/accelerate/`).
 With `model.device: cpu` they are CPU processes talking over gloo (what the tests run); with `cuda` each
-takes the GPU of its local rank. Every process holds the whole model and optimizer: data parallelism,
-not DeepSpeed ZeRO or FSDP sharding. Multi-node: the stage launches on its own machine only.
+takes the GPU of its local rank. By default every process holds the whole model and optimizer (data
+parallelism). With `distributed_type: FSDP` in the accelerate config the weights, gradients and optimizer
+state are sharded over the processes (`rl.sharding`, PyTorch FSDP2; `fsdp_config.fsdp_reshard_after_forward`
+is read, the other `fsdp_config` keys are not; full fine-tuning only, not LoRA; the KL reference of
+`train.beta > 0` stays a whole copy per process) and the checkpoint is gathered onto process 0 in the
+one-process layout. Not DeepSpeed ZeRO. Multi-node: the stage launches on
+its own machine only.
 """
 
 from __future__ import annotations
@@ -49,12 +54,16 @@ def launch_update(
     if not launcher.is_file():
         raise FileNotFoundError(f"train.accelerate_config: no accelerate config file at {str(launcher)!r}")
     accelerate = Path(sys.executable).with_name("accelerate")
+    sharding = sharding_of(launcher)
+    if sharding is not None and config.train.lora_rank:
+        raise ValueError(f"train.accelerate_config: {launcher} shards the weights (FSDP), which needs full "
+                         f"fine-tuning; set train.lora_rank: 0 or use a data-parallel accelerate config")  # fmt: skip
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / METRICS_FILE).unlink(missing_ok=True)
     job = {
         "config": config.to_yaml(), "root": str(root), "run": run, "round": round_,
         "previous_version": previous[0], "previous_checkpoint": str(previous[1]) if previous[1] else None,
-        "checkpoint": str(checkpoint), "metrics": str(job_dir / METRICS_FILE),
+        "checkpoint": str(checkpoint), "metrics": str(job_dir / METRICS_FILE), "sharding": sharding,
     }  # fmt: skip
     (job_dir / JOB_FILE).write_text(json.dumps(job, indent=2) + "\n")
     command = [str(accelerate), "launch", "--config_file", str(launcher), "-m", "stages.distributed_update",
@@ -69,12 +78,27 @@ def launch_update(
     return json.loads(metrics.read_text())
 
 
+def sharding_of(launcher: Path) -> dict[str, bool] | None:
+    """FSDP settings when the accelerate config `launcher` asks for sharded weights, else None."""
+    try:
+        settings = yaml.safe_load(launcher.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ValueError(f"train.accelerate_config: {launcher} is not YAML: {exc}") from exc
+    if not isinstance(settings, dict):
+        raise ValueError(f"train.accelerate_config: {launcher} is not a mapping of accelerate settings")
+    if str(settings.get("distributed_type", "")).upper() != "FSDP":
+        return None
+    fsdp = settings.get("fsdp_config") or {}
+    return {"reshard_after_forward": bool(fsdp.get("fsdp_reshard_after_forward", True))}
+
+
 def run_job(job: dict[str, Any]) -> None:
     """One process of a launched update (see the module docstring)."""
     from accelerate import Accelerator
 
     from llm.models import load_model
-    from rl.checkpoint import load_optimizer_state, save_checkpoint
+    from rl.checkpoint import load_optimizer_state, read_optimizer_state, save_checkpoint
+    from rl.sharding import full_state, load_full_optimizer_state, shard_model
     from rl.update import grpo_update, make_optimizer
     from stages.grpo_update import hyperparams, sample_batch
     from stages.policy import load_checkpoint_weights, with_lora_adapter
@@ -88,11 +112,17 @@ def run_job(job: dict[str, Any]) -> None:
     model, tokenizer = load_model(model_cfg.name, dtype=model_cfg.dtype, device=device)
     if train.lora_rank:
         model = with_lora_adapter(model, train)
+    previous = Path(job["previous_checkpoint"]) if job["previous_checkpoint"] else None
+    if previous is not None:
+        load_checkpoint_weights(model, previous, job["previous_version"], lora=bool(train.lora_rank))
+    sharding = job.get("sharding")
+    if sharding is not None:
+        shard_model(model, **sharding)
     optimizer = make_optimizer(model, train.lr, train.weight_decay)
-    if job["previous_checkpoint"]:
-        checkpoint = Path(job["previous_checkpoint"])
-        load_checkpoint_weights(model, checkpoint, job["previous_version"], lora=bool(train.lora_rank))
-        load_optimizer_state(optimizer, checkpoint)
+    if previous is not None and sharding is not None:
+        load_full_optimizer_state(model, optimizer, read_optimizer_state(previous))
+    elif previous is not None:
+        load_optimizer_state(optimizer, previous)
     hp = hyperparams(config)
     reference = None
     if hp.beta > 0 and not train.lora_rank:  # with LoRA the reference is the adapter disabled
@@ -101,8 +131,9 @@ def run_job(job: dict[str, Any]) -> None:
     store = RunStore(RunLayout(Path(job["root"]), job["run"]))
     batch = sample_batch(store.read(job["round"], "rollout", "samples"))
     result = grpo_update(model, reference, optimizer, batch, hp, accelerator=accelerator)
+    gathered = full_state(model, optimizer) if sharding is not None else None  # every process takes part
     if accelerator.is_main_process:
-        save_checkpoint(model, tokenizer, optimizer, Path(job["checkpoint"]))
+        save_checkpoint(model, tokenizer, optimizer, Path(job["checkpoint"]), state=gathered)
         metrics = {**result.as_dict(), "processes": accelerator.num_processes}
         Path(job["metrics"]).write_text(json.dumps(metrics, indent=2) + "\n")
     accelerator.wait_for_everyone()

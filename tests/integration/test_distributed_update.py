@@ -29,7 +29,9 @@ def oracle_rollouts(monkeypatch):
     use_oracle_engine(monkeypatch)
 
 
-def test_two_processes_update_like_one(tmp_path, oracle_rollouts):
+@pytest.mark.parametrize("launcher", ["two-processes.yaml", "two-processes-fsdp.yaml"])
+def test_two_processes_update_like_one(tmp_path, oracle_rollouts, launcher):
+    """Data parallel (whole copies) or FSDP (sharded weights): the same update as one process."""
     from flows.config import load_config
     from stages.bootstrap import BOOTSTRAP
     from stages.context import RunContext
@@ -38,9 +40,10 @@ def test_two_processes_update_like_one(tmp_path, oracle_rollouts):
     from stages.runner import run_stage
     from storage.catalog import query
 
-    launcher = CONFIGS / "accelerate" / "two-processes.yaml"
+    launcher = CONFIGS / "accelerate" / launcher
     contexts = {}
-    for run, overrides in [("one", []), ("two", [f"train.accelerate_config={launcher}"])]:
+    three = ["rollout.tasks_per_round=3"]  # 3 groups, one micro-batch each: process 1 has one pass fewer
+    for run, overrides in [("one", three), ("two", [*three, f"train.accelerate_config={launcher}"])]:
         ctx = RunContext.create(load_config(CONFIGS / "test-tiny.yaml", overrides), run, tmp_path, quiet=True)
         run_stage(BOOTSTRAP, ctx, 0)
         for round_ in (0, 1):
@@ -50,6 +53,7 @@ def test_two_processes_update_like_one(tmp_path, oracle_rollouts):
 
     launched = contexts["two"].store.layout.checkpoint_dir(1).with_name("round=1.launch")
     assert json.loads((launched / "metrics.json").read_text())["processes"] == 2
+    assert (json.loads((launched / "job.json").read_text())["sharding"] is None) == (launcher.name == "two-processes.yaml")
     samples = query(tmp_path, "SELECT run, round, input_ids, reward FROM samples ORDER BY ALL").to_pylist()
     by_run = {run: [(s["round"], s["input_ids"], s["reward"]) for s in samples if s["run"] == run]
               for run in contexts}  # fmt: skip
@@ -58,7 +62,7 @@ def test_two_processes_update_like_one(tmp_path, oracle_rollouts):
     updates = query(tmp_path, "SELECT run, round, loss, grad_norm, tokens, groups_with_signal FROM updates "
                               "ORDER BY round, run").to_pylist()  # fmt: skip
     for one, two in zip(updates[0::2], updates[1::2], strict=True):
-        assert one["tokens"] == two["tokens"] and one["groups_with_signal"] == two["groups_with_signal"] > 0
+        assert one["tokens"] == two["tokens"] and one["groups_with_signal"] == two["groups_with_signal"] == 3
         assert one["grad_norm"] == pytest.approx(two["grad_norm"], rel=1e-5)
         assert one["loss"] == pytest.approx(two["loss"], rel=1e-4, abs=1e-7)
     for round_ in (0, 1):

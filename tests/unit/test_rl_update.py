@@ -320,3 +320,8 @@ def test_shard_plan_deals_micro_batches_round_robin_and_keeps_the_whole_token_co
     assert [s.micro for s in first] == [[[0, 1], [4, 5]], [[6, 7]]]
     assert [s.micro for s in second] == [[[2, 3]], []]  # nothing to do in the second step: no gradient
     assert [s.num_tokens for s in first] == [s.num_tokens for s in second] == whole
+    assert [s.padding for s in first] == [s.padding for s in second] == [[], []]
+    # sharded weights: every process runs as many passes as the busiest one, padding with the first micro-batch
+    lockstep = shard_plan(batch, plan, 1, 2, lockstep=True)
+    assert [s.micro for s in lockstep] == [[[2, 3]], []] and [s.padding for s in lockstep] == [[[0, 1]], [[6, 7]]]
+    assert [s.padding for s in shard_plan(batch, plan, 0, 2, lockstep=True)] == [[], []]
