@@ -2,9 +2,9 @@
 
     coevolve bench learning [--quick]        # = python -m benchmarks.learning
 
-`--quick` (15 minutes on 2 cores once the warm start is built, benchmarks/RESULTS.md): grpo and
-coevolve only, one seed, 2 rounds, 8 tasks per eval split. The full suite: every arm, 3 seeds of grpo
-and coevolve, the config's `run.rounds` (3).
+`--quick` (15 minutes on 2 cores once the warm start and the teacher are built, benchmarks/RESULTS.md):
+grpo and coevolve only, one seed, 2 rounds, 8 tasks per eval split. The full suite: every arm, 3 seeds
+of grpo and coevolve, the config's `run.rounds` (3).
 
 Every arm is an ordinary run of the `coevolve` flow on the same config (`configs/learning-smollm2.yaml`
 by default) with one set of overrides, the same seeds, the same evaluation (greedy, fixed task samples
@@ -23,6 +23,13 @@ model as is): SmolLM2-135M solves almost no tool-world task zero-shot, so no GRP
 outcomes and no boundary or forgetting signal could fire. `rl/warm_start.py` fine-tunes it for 2 epochs
 on reference solutions of fresh tasks of the training families (never a task of any split); the
 checkpoint is built once under `<root>/warm-start/` (about 6 minutes) and reused.
+
+The evolving arms share one teacher of their own (`--teacher-tasks`, default 48; 0 = the config's
+teacher, which in the learning config is the policy): the warm start fine-tuned on the teacher's
+abstraction and reflection replies for fresh training-family tasks (`stages.warm_start.teacher_checkpoint`,
+built once under `<root>/warm-start/teacher-*`, about 16 minutes), run as `teacher.type: local`. The
+paper's teacher is a strong LLM apart from the policy; with the policy as its own teacher, a 135M model
+writes too few well-posed tasks for any to be admitted (benchmarks/RESULTS.md). grpo has no teacher.
 
 `--jobs N` runs N runs at once, each a `coevolve run` process with the cores split between them (output
 in `<root>/learning-logs/`). On 2 cores it hardly pays: two 1-thread coevolve runs took 1,845 s together,
@@ -78,6 +85,8 @@ QUICK_OVERRIDES = ("eval.max_tasks=8",)
 FEEDBACK_STAGES = ("signals", "explore", "triples", "abstract", "verify", "merge")
 STAGE_ORDER = ("bootstrap", "baseline", "rollout", *FEEDBACK_STAGES, "grpo_update", "evaluate")
 DEFAULT_CONFIG = Path("configs/learning-smollm2.yaml")
+TEACHER_BUILD = WarmStart(seed=1, teacher=False)
+"""Settings of the evolving arms' teacher build: tasks drawn with another seed than the policy's warm start."""
 
 
 @dataclass(frozen=True)
@@ -95,12 +104,18 @@ class Plan:
     """Runs at once, each in its own `coevolve run` process with the cores split between them."""
     share: bool = True
     """Each arm starts as a fork of the grpo run of its seed (`share_with_grpo`)."""
+    teacher: WarmStart | None = TEACHER_BUILD
+    """The evolving arms' teacher (`teacher.type: local`): the warm start fine-tuned on the teacher's
+    abstraction and reflection replies for these many fresh tasks (`stages.warm_start.teacher_checkpoint`);
+    None: the config's teacher."""
+    teacher_model: Path | None = None
+    """The teacher checkpoint, once `run_benchmark` has it."""
 
     @classmethod
     def make(cls, *, quick: bool, config: Path = DEFAULT_CONFIG, rounds: int | None = None,
              seeds: int | None = None, arms: Sequence[str] | None = None,
              overrides: Sequence[str] = (), warm_start_tasks: int = WarmStart.tasks,
-             jobs: int = 1, share: bool = True) -> Plan:  # fmt: skip
+             teacher_tasks: int = WarmStart.tasks, jobs: int = 1, share: bool = True) -> Plan:  # fmt: skip
         """The full suite, or `quick`: grpo and coevolve, one seed, 2 rounds, 8 tasks per eval split."""
         unknown = sorted(set(arms or ()) - set(ARMS))
         if unknown:
@@ -114,6 +129,7 @@ class Plan:
             arms=tuple(arms) if arms else (QUICK_ARMS if quick else tuple(ARMS)),
             overrides=(*QUICK_OVERRIDES, *overrides) if quick else tuple(overrides),
             warm_start=WarmStart(tasks=warm_start_tasks) if warm_start_tasks else None,
+            teacher=replace(TEACHER_BUILD, tasks=teacher_tasks) if teacher_tasks else None,
             jobs=jobs,
             share=share,
         )
@@ -140,7 +156,9 @@ def run_name(arm: str, seed: int) -> str:
 
 
 def run_overrides(plan: Plan, arm: str, seed: int) -> list[str]:
-    return [f"run.seed={seed}", *plan.overrides, *ARMS[arm]]
+    teacher = [] if arm == "grpo" or plan.teacher_model is None else [
+        "teacher.type=local", f"teacher.model={plan.teacher_model}"]  # fmt: skip
+    return [f"run.seed={seed}", *plan.overrides, *ARMS[arm], *teacher]
 
 
 def share_with_grpo(plan: Plan, root: Path, arm: str, seed: int) -> list[tuple[int, str]]:
@@ -424,11 +442,17 @@ def stage_table(seconds: pl.DataFrame) -> pl.DataFrame:
 
 def _warm_start_line(plan: Plan) -> str:
     if plan.warm_start is None:
-        return "No warm start: every arm starts from the config's model."
-    ws = plan.warm_start
-    teacher = f" and {ws.tasks} teacher abstraction examples" if ws.teacher else ""
-    return (f"Every arm starts from the same checkpoint, warm start: {ws.tasks} reference episodes{teacher} of the "
-            f"training families (disjoint from every split), {ws.epochs} epochs, lr {ws.lr} (rl/warm_start.py).")
+        line = "No warm start: every arm starts from the config's model."
+    else:
+        ws = plan.warm_start
+        teacher = f" and {ws.tasks} teacher abstraction examples" if ws.teacher else ""
+        line = (f"Every arm starts from the same checkpoint, warm start: {ws.tasks} reference episodes{teacher} of "
+                f"the training families (disjoint from every split), {ws.epochs} epochs, lr {ws.lr} (rl/warm_start.py).")  # fmt: skip
+    if plan.teacher_model is None:
+        return line + " The evolving arms' teacher is the config's."
+    return (line + f" The evolving arms' teacher (`teacher.type: local`) is `{plan.teacher_model}`: that checkpoint "
+            f"fine-tuned on {plan.teacher.tasks} abstraction and {plan.teacher.tasks} reflection replies for fresh "
+            f"training-family tasks (stages/warm_start.py).")  # fmt: skip
 
 
 def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
@@ -488,6 +512,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
     parser.add_argument("--warm-start-tasks", type=int, default=WarmStart.tasks,
                         help="reference episodes of the supervised warm start every arm starts from (0: none)")
+    parser.add_argument("--teacher-tasks", type=int, default=WarmStart.tasks,
+                        help="tasks of the evolving arms' own teacher build (abstraction and reflection replies "
+                             "each; 0: the config's teacher)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="runs at once, each in its own process with the cores split between them")
     parser.add_argument("--no-share", dest="share", action="store_false",
@@ -501,7 +528,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         os.environ["COEVOLVE_HOME"] = str(args.root)
     plan = Plan.make(quick=args.quick, config=args.config, rounds=args.rounds, seeds=args.seeds,
                      arms=args.arms, overrides=args.overrides,
-                     warm_start_tasks=args.warm_start_tasks, jobs=args.jobs, share=args.share)  # fmt: skip
+                     warm_start_tasks=args.warm_start_tasks, teacher_tasks=args.teacher_tasks, jobs=args.jobs,
+                     share=args.share)  # fmt: skip
     print(run_benchmark(plan, args.out, run=not args.report_only))
 
 
@@ -517,13 +545,17 @@ def run_benchmark(plan: Plan, out: Path, *, run: bool = True) -> str:
             f"{plan.config} sets evolve.every: 0; the evolving arms need F > 0 (--set evolve.every=1)"
         )
     root = storage_root(config)
-    if plan.warm_start is not None:
-        from stages.warm_start import warm_start_checkpoint, warm_start_key
+    from stages.warm_start import teacher_checkpoint, teacher_key, warm_start_checkpoint, warm_start_key
 
-        directory = root / "warm-start"
-        checkpoint = (warm_start_checkpoint(config, plan.warm_start, directory) if run
-                      else directory / warm_start_key(config, plan.warm_start))  # fmt: skip
-        plan = replace(plan, overrides=(*plan.overrides, f"model.name={checkpoint}"))
+    directory, start = root / "warm-start", config.model.name
+    if plan.warm_start is not None:
+        start = (warm_start_checkpoint(config, plan.warm_start, directory) if run
+                 else directory / warm_start_key(config, plan.warm_start))  # fmt: skip
+        plan = replace(plan, overrides=(*plan.overrides, f"model.name={start}"))
+    if plan.teacher is not None and set(plan.arms) - {"grpo"}:
+        teacher = (teacher_checkpoint(config, start, plan.teacher, directory) if run
+                   else directory / teacher_key(config, start, plan.teacher))  # fmt: skip
+        plan = replace(plan, teacher_model=teacher)
     wall = run_arms(plan, root) if run else {}
     return report(root, plan, out, wall)
 

@@ -373,7 +373,7 @@ def engine_serve(
 @bench_app.command("learning")
 def bench_learning(
     quick: Annotated[bool, typer.Option(
-        help="grpo and coevolve, one seed, 2 rounds, 8 eval tasks per split (about 15 minutes on 2 cores once the warm start is built).")] = False,
+        help="grpo and coevolve, one seed, 2 rounds, 8 eval tasks per split (about 15 minutes on 2 cores once the warm start and the teacher are built).")] = False,
     config: Annotated[Path, typer.Option(help="Config every arm starts from.")] = Path("configs/learning-smollm2.yaml"),
     rounds: Annotated[int | None, typer.Option(help="Rounds per run (default: the config's run.rounds; --quick 2).")] = None,
     seeds: Annotated[int | None, typer.Option(help="Seeds of grpo and coevolve (default 3, --quick 1).")] = None,
@@ -382,6 +382,9 @@ def bench_learning(
         "benchmarks/learning"),
     warm_start_tasks: Annotated[int, typer.Option(
         help="Reference episodes of the supervised warm start every arm starts from (0: none).")] = 48,
+    teacher_tasks: Annotated[int, typer.Option(
+        help="Tasks of the evolving arms' own teacher, the warm start fine-tuned on teacher replies "
+             "(0: the config's teacher).")] = 48,
     jobs: Annotated[int, typer.Option(
         help="Runs at once, each in its own `coevolve run` process with the cores split between them.")] = 1,
     share: Annotated[bool, typer.Option(
@@ -397,7 +400,8 @@ def bench_learning(
 
     try:
         plan = Plan.make(quick=quick, config=config, rounds=rounds, seeds=seeds, arms=arms,
-                         overrides=overrides or [], warm_start_tasks=warm_start_tasks, jobs=jobs, share=share)
+                         overrides=overrides or [], warm_start_tasks=warm_start_tasks,
+                         teacher_tasks=teacher_tasks, jobs=jobs, share=share)
         from flows.config import load_config
 
         load_config(plan.config, list(plan.overrides))  # a config mistake fails before any run starts

@@ -124,7 +124,8 @@ class EvolveConfig(Section):
     max_tasks_per_group: int = Field(3, ge=1)
     """Most tasks the teacher may abstract from one triple group (extra ones are rows marked `invalid`)."""
     duplicate_jaccard: float = Field(0.8, ge=0.0, le=1.0)
-    """Two candidates with the same normalised solution and query token-Jaccard >= this are duplicates."""
+    """Two candidates with the same normalised solution and query token-Jaccard >= this are duplicates (0: the
+    same solution is enough)."""
     contamination_jaccard: float = Field(0.9, ge=0.0, le=1.0)
     """A candidate whose query has token-Jaccard >= this with a held-out eval task is discarded."""
     guided: bool = True

@@ -174,23 +174,29 @@ def warm_start_checkpoint(config: CoevolveConfig, settings: WarmStart, directory
     return _save(model, tokenizer, record, target)
 
 
+def teacher_key(config: CoevolveConfig, start: Path | str, settings: WarmStart, *, max_distractors: int = 3) -> str:
+    """The directory name of `teacher_checkpoint`'s checkpoint: what it is trained from and on."""
+    key = content_hash({"start": str(start), "settings": asdict(settings), "max_distractors": max_distractors,
+                        "replies": ["abstract", "reflect"],
+                        "env": config.env.name, "options": config.env.options,
+                        "max_tasks": config.evolve.max_tasks_per_group}, length=12)  # fmt: skip
+    return f"teacher-{key}"
+
+
 def teacher_checkpoint(config: CoevolveConfig, start: Path, settings: WarmStart, directory: Path, *,
-                       distractors: int = 2) -> Path:  # fmt: skip
+                       max_distractors: int = 3) -> Path:  # fmt: skip
     """A teacher of its own (`teacher.type: local`) under `directory`, built if missing: the checkpoint
     `start` (e.g. the policy's warm start, so the teacher can also act in explorations) fine-tuned on the
     teacher's two replies for `settings.tasks` fresh training-family tasks (`settings.seed` picks which:
-    use another seed than the policy's warm start): an abstraction example each, with `distractors` extra
-    observed calls to leave out (`abstraction_sample`), and a reflection example each
+    use another seed than the policy's warm start): an abstraction example each, with 0 to
+    `max_distractors` extra observed calls to leave out (`abstraction_sample`; drawn per example, so the
+    solution's indices follow the calls shown, not a fixed offset), and a reflection example each
     (`reflection_sample`)."""
     import torch
 
     from llm.models import load_model
 
-    key = content_hash({"start": str(start), "settings": asdict(settings), "distractors": distractors,
-                        "replies": ["abstract", "reflect"],
-                        "env": config.env.name, "options": config.env.options,
-                        "max_tasks": config.evolve.max_tasks_per_group}, length=12)  # fmt: skip
-    target = Path(directory) / f"teacher-{key}"
+    target = Path(directory) / teacher_key(config, start, settings, max_distractors=max_distractors)
     if (target / RECORD).is_file():
         return target
     started = time.perf_counter()
@@ -198,11 +204,12 @@ def teacher_checkpoint(config: CoevolveConfig, start: Path, settings: WarmStart,
     model, tokenizer = load_model(str(start), dtype=config.model.dtype, device=config.model.device)
     tasks = warm_start_tasks(config, settings)
     env, chat, rng = envs.make(config.env.name, **config.env.options), ChatFormat(tokenizer), random.Random(settings.seed)
-    rows = [abstraction_sample(env, chat, task, config.evolve.max_tasks_per_group, distractors=distractors, rng=rng)
-            for task in tasks]  # fmt: skip
+    distractors = [rng.randint(0, max_distractors) for _ in tasks]
+    rows = [abstraction_sample(env, chat, task, config.evolve.max_tasks_per_group, distractors=n, rng=rng)
+            for task, n in zip(tasks, distractors, strict=True)]  # fmt: skip
     rows += [reflection_sample(env, chat, task, rng=rng) for task in tasks]
     samples = as_batch(rows, [("abstract", t.family) for t in tasks] + [("reflect", t.family) for t in tasks])
-    print(f"teacher warm start: {len(tasks)} abstraction examples ({distractors} distractor calls each) and "
+    print(f"teacher warm start: {len(tasks)} abstraction examples (0-{max_distractors} distractor calls) and "
           f"{len(tasks)} reflection examples, {settings.epochs} epochs", file=sys.stderr, flush=True)  # fmt: skip
     losses = warm_start(model, samples, settings, progress=_report)
     record = {"start": str(start), "settings": asdict(settings), "distractors": distractors,

@@ -7,6 +7,7 @@ import json
 
 import polars as pl
 import pytest
+import yaml
 
 from tests.conftest import CONFIGS
 
@@ -43,16 +44,22 @@ def test_quick_plan_runs_and_reports(tmp_path, monkeypatch, prefect_api):
     assert Plan.make(quick=True).arms == ("grpo", "coevolve") and Plan.make(quick=False).seeds == 3
     plan = Plan.make(quick=True, config=CONFIGS / "test-tiny.yaml", rounds=2, arms=["grpo", "coevolve", "no-verify"],
                      overrides=["evolve.every=1", "eval.splits=[test, heldout-templates]", "train.keep_checkpoints=1"],
-                     warm_start_tasks=4)  # fmt: skip
+                     warm_start_tasks=4, teacher_tasks=4)  # fmt: skip
     assert plan.runs() == [("grpo", 0), ("coevolve", 0), ("no-verify", 0)]
     text = run_benchmark(plan, tmp_path / "out")
     curves = pl.read_parquet(tmp_path / "out" / "curves.parquet")
     assert set(curves["arm"]) == {"grpo", "coevolve", "no-verify"}
     assert set(curves["updates"]) == {0, 1, 2} and set(curves["split"]) == {"test", "heldout-templates"}
     assert "coevolve - grpo" in text and "| learning-coevolve-s0 |" in text
-    # every arm starts from the one warm-started checkpoint
-    (checkpoint,) = (tmp_path / "runs" / "warm-start").iterdir()
-    assert "warm start: 4 reference episodes" in text and str(checkpoint) in text
+    # every arm starts from the one warm-started checkpoint; the evolving arms share a teacher built from it
+    checkpoint, teacher = sorted((tmp_path / "runs" / "warm-start").iterdir(), key=lambda p: p.name.startswith("teacher-"))
+    assert teacher.name.startswith("teacher-") and json.loads((teacher / "warm_start.json").read_text())["start"] == str(checkpoint)
+    assert "warm start: 4 reference episodes" in text and str(checkpoint) in text and str(teacher) in text
+    for arm in ("grpo", "coevolve", "no-verify"):
+        saved = yaml.safe_load((tmp_path / "runs" / f"run=learning-{arm}-s0" / "config.yaml").read_text())
+        assert saved["model"]["name"] == str(checkpoint)
+        assert (saved["teacher"]["type"], saved["teacher"].get("model")) == (
+            ("policy", None) if arm == "grpo" else ("local", str(teacher)))
     assert (tmp_path / "out" / "report.md").read_text() == text
     assert (tmp_path / "out" / "curves.png").stat().st_size > 1000
     # the report can be rebuilt from storage alone (nothing runs: the tables before the timings match)
@@ -87,7 +94,7 @@ def test_runs_in_parallel_processes_land_in_the_same_storage(tmp_path, monkeypat
 
     monkeypatch.setenv("COEVOLVE_HOME", str(tmp_path / "runs"))
     plan = Plan.make(quick=True, config=CONFIGS / "test-tiny.yaml", rounds=1, arms=["grpo", "coevolve"],
-                     overrides=["evolve.every=1"], warm_start_tasks=0, jobs=2)  # fmt: skip
+                     overrides=["evolve.every=1"], warm_start_tasks=0, teacher_tasks=0, jobs=2)  # fmt: skip
     text = run_benchmark(plan, tmp_path / "out")
     curves = pl.read_parquet(tmp_path / "out" / "curves.parquet")
     assert set(curves["arm"]) == {"grpo", "coevolve"} and set(curves["updates"]) == {0, 1}

@@ -276,6 +276,26 @@ def test_several_abstraction_samples_per_group_are_parsed_once_each(tokenizer, w
     assert [(r["status"], r["raw_reply"]) for r in rows] == [("ok", replies[0]), ("unparsable", replies[2])]
 
 
+def test_duplicate_jaccard_zero_makes_the_solution_alone_decide(tokenizer, world):
+    """Two wordings of one solution: distinct tasks at the default 0.8, one task at 0."""
+    bank = family(world.train, "bank_balance")
+    account, info = next(iter(bank.initial_state["bank"]["accounts"].items()))
+    group = _group(bank, [("get_balance", {"account_id": account})], "g1")
+    answer = f"{info['balance']:.2f}"
+    reply = json.dumps([
+        {"query": f"What is the balance of {account}?", "solution": [0], "answers": [answer]},
+        {"query": f"Tell me how much money account {account} holds right now.", "solution": [0], "answers": [answer]},
+    ])  # fmt: skip
+
+    def statuses(threshold: float) -> list[str]:
+        rows = abstract_groups(ScriptedTeacher(tokenizer, [], abstractions=[reply]), make_env, [group],
+                               env="toolworld", max_tasks=3, duplicate_jaccard=threshold, existing=[], seed=0)  # fmt: skip
+        return [r["status"] for r in rows]
+
+    assert statuses(0.8) == ["ok", "ok"]
+    assert statuses(0.0) == ["ok", "duplicate"]
+
+
 def test_similarity_helpers():
     assert (
         solution_signature([{"name": "f", "arguments": {"b": " X  Y", "a": 1}}])

@@ -112,9 +112,11 @@ def assert_training_equivalent(model, batch, beta):
     assert shared.loss == pytest.approx(plain.loss, abs=1e-5)
     assert shared.kl == pytest.approx(plain.kl, abs=1e-5)
     assert plain_grads.keys() == shared_grads.keys()
+    scale = max(float(g.abs().max()) for g in plain_grads.values())
+    assert scale > 1e-3  # the check is not vacuous
+    # float32 sums in another order: relative to the largest gradient (SmolLM2 differs by 1.2e-5 on some CPUs)
     worst = max(float((plain_grads[n] - shared_grads[n]).abs().max()) for n in plain_grads)
-    assert worst <= 1e-5, f"gradients differ by {worst}"
-    assert max(float(g.abs().max()) for g in plain_grads.values()) > 1e-3  # the check is not vacuous
+    assert worst <= 1e-5 * max(1.0, scale), f"gradients differ by {worst} (largest gradient {scale})"
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])
