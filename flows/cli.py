@@ -6,6 +6,7 @@ so `coevolve --help` is instant.
     coevolve serve                                         # serve deployment coevolve/round (PREFECT_API_URL)
     coevolve stage rollout --run demo --round 1 --force    # re-run one stage from cached inputs
     coevolve fork demo demo-f1 --set evolve.every=1        # a new run sharing demo's identical stages
+    coevolve update-worker --run demo --machine-rank 1     # another machine's share of multi-machine updates
     coevolve sql "SELECT round, avg(reward) FROM trajectories GROUP BY ALL ORDER BY round"   # docs/sql.md
     coevolve runs                                          # runs, rounds, dataset size, success
     coevolve show task 3f2a | coevolve show trajectory 9c  # one task / episode, by id prefix
@@ -166,6 +167,24 @@ def stage(
     typer.echo(f"{name} round {round_}: {state}; key {record.manifest.key}")
     for ref in record.manifest.artifacts.values():
         typer.echo(f"  {ref.name}: {ref.rows} rows -> {ref.path}")
+
+
+@app.command("update-worker")
+def update_worker(
+    run_name: Annotated[str, typer.Option("--run", help="Run whose multi-machine updates to join.")],
+    machine_rank: Annotated[int, typer.Option(help="This machine's rank (1, 2, ...; machine 0 runs the flow).")],
+    jobs: Annotated[int | None, typer.Option(help="Stop after joining this many updates (default: never).")] = None,
+    root: RootOption = None,
+) -> None:
+    """Join a run's grpo updates from another machine (accelerate config with num_machines > 1)."""
+    from stages.distributed_update import serve_machine
+    from storage.layout import RunLayout
+
+    try:
+        serve_machine(RunLayout(_root(root), run_name).run_dir, machine_rank, jobs=jobs,
+                      report=lambda line: typer.echo(line, err=True))  # fmt: skip
+    except ValueError as exc:
+        _fail(str(exc))
 
 
 @app.command()

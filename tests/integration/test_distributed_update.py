@@ -9,6 +9,9 @@ named fake `OracleEngine` (solves every other episode); the tiny model is what b
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -29,9 +32,21 @@ def oracle_rollouts(monkeypatch):
     use_oracle_engine(monkeypatch)
 
 
-@pytest.mark.parametrize("launcher", ["two-processes.yaml", "two-processes-fsdp.yaml"])
-def test_two_processes_update_like_one(tmp_path, oracle_rollouts, launcher):
-    """Data parallel (whole copies) or FSDP (sharded weights): the same update as one process."""
+@pytest.fixture
+def second_machine(tmp_path):
+    """`coevolve update-worker` as machine 1 of run "two" (both machines on this host, over loopback)."""
+    worker = subprocess.Popen([str(Path(sys.executable).with_name("coevolve")), "update-worker", "--root",
+                               str(tmp_path), "--run", "two", "--machine-rank", "1", "--jobs", "2"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    yield worker
+    worker.kill()
+    worker.wait()
+
+
+@pytest.mark.parametrize("launcher", ["two-processes.yaml", "two-processes-fsdp.yaml", "two-machines.yaml"])
+def test_two_processes_update_like_one(tmp_path, oracle_rollouts, launcher, request):
+    """Data parallel (whole copies), FSDP (sharded weights) or two machines (a worker joining each launch):
+    the same update as one process."""
     from flows.config import load_config
     from stages.bootstrap import BOOTSTRAP
     from stages.context import RunContext
@@ -40,6 +55,7 @@ def test_two_processes_update_like_one(tmp_path, oracle_rollouts, launcher):
     from stages.runner import run_stage
     from storage.catalog import query
 
+    worker = request.getfixturevalue("second_machine") if launcher == "two-machines.yaml" else None
     launcher = CONFIGS / "accelerate" / launcher
     contexts = {}
     three = ["rollout.tasks_per_round=3"]  # 3 groups, one micro-batch each: process 1 has one pass fewer
@@ -53,7 +69,7 @@ def test_two_processes_update_like_one(tmp_path, oracle_rollouts, launcher):
 
     launched = contexts["two"].store.layout.checkpoint_dir(1).with_name("round=1.launch")
     assert json.loads((launched / "metrics.json").read_text())["processes"] == 2
-    assert (json.loads((launched / "job.json").read_text())["sharding"] is None) == (launcher.name == "two-processes.yaml")
+    assert (json.loads((launched / "job.json").read_text())["sharding"] is None) == ("fsdp" not in launcher.name)
     samples = query(tmp_path, "SELECT run, round, input_ids, reward FROM samples ORDER BY ALL").to_pylist()
     by_run = {run: [(s["round"], s["input_ids"], s["reward"]) for s in samples if s["run"] == run]
               for run in contexts}  # fmt: skip
@@ -71,6 +87,12 @@ def test_two_processes_update_like_one(tmp_path, oracle_rollouts, launcher):
         assert one.keys() == two.keys()
         for name in one:
             torch.testing.assert_close(two[name], one[name], rtol=0, atol=1e-6)
+
+    if worker is not None:  # machine 1 joined both rounds' launches, then stopped
+        output = worker.communicate(timeout=60)[0]
+        assert worker.returncode == 0, output
+        assert output.count("exit 0") == 2 and "joining round=1.launch as machine 1 of 2" in output
+        assert (launched / "launch-machine-1.log").is_file()
 
     # the flow's in-memory policy is the launched update's result
     policy = contexts["two"].policy
