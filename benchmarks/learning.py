@@ -369,6 +369,35 @@ def evolution_counts(root: Path, names: Sequence[str]) -> pl.DataFrame:
     return out.join(token_cols, on="run", how="left").fill_null(0)
 
 
+def teacher_output(root: Path, names: Sequence[str]) -> pl.DataFrame:
+    """Per run: the teacher's candidates by status, then the verdicts on the `ok` ones (is the teacher
+    the bottleneck, or verification?)."""
+    return _scalar_table(root, names, """
+        SELECT c.run, count(*) AS candidates, count(*) FILTER (c.status = 'ok') AS ok,
+               count(*) FILTER (c.status = 'unparsable') AS unparsable,
+               count(*) FILTER (c.status = 'invalid') AS invalid,
+               count(*) FILTER (c.status = 'duplicate') AS duplicate,
+               count(*) FILTER (v.outcome IN ('accept', 'retain')) AS admitted,
+               count(*) FILTER (v.outcome = 'discard') AS discarded
+        FROM candidates c LEFT JOIN verifications v USING (run, round, candidate_id)
+        WHERE c.run IN (RUNS) GROUP BY ALL ORDER BY c.run""",
+        {"run": pl.String, "candidates": pl.Int64})  # fmt: skip
+
+
+def rejection_reasons(root: Path, names: Sequence[str], top: int = 12) -> pl.DataFrame:
+    """The most frequent reasons a candidate was not `ok` or a verified one was discarded, over all runs,
+    with quoted JSON and numbers folded (`solution item N is neither ...`)."""
+    folded = r"regexp_replace(regexp_replace(coalesce(reason, ''), '\{.*\}|\[.*\]', '{…}', 'g'), '[0-9]+(\.[0-9]+)?', 'N', 'g')"
+    return _scalar_table(root, names, f"""
+        WITH reasons AS (
+            SELECT 'candidate ' || status AS verdict, reason FROM candidates WHERE run IN (RUNS) AND status <> 'ok'
+            UNION ALL
+            SELECT 'verification ' || outcome, reason FROM verifications WHERE run IN (RUNS) AND outcome = 'discard')
+        SELECT verdict, {folded} AS reason, count(*) AS n
+        FROM reasons GROUP BY ALL ORDER BY n DESC, verdict, reason LIMIT {top}""",
+        {"verdict": pl.String, "reason": pl.String, "n": pl.Int64})  # fmt: skip
+
+
 def accepted_per_round(root: Path, names: Sequence[str]) -> pl.DataFrame:
     return _scalar_table(root, names, """
         SELECT run, round, count(*) FILTER (outcome IN ('accept', 'retain')) AS admitted, count(*) AS verified
@@ -496,7 +525,11 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
               "## Wall seconds per stage (sum over rounds)", "",
               markdown_table(stage_table(seconds)), "",
               "## Synthesized tasks admitted per round", "",
-              markdown_table(accepted_per_round(root, names)), ""]  # fmt: skip
+              markdown_table(accepted_per_round(root, names)), "",
+              "## The teacher's candidates and their verdicts", "",
+              markdown_table(teacher_output(root, names)), "",
+              "Most frequent reasons a candidate was not `ok` or was discarded (JSON and numbers folded):", "",
+              markdown_table(rejection_reasons(root, names)), ""]  # fmt: skip
     text = "\n".join(parts)
     (out / "report.md").write_text(text)
     return text

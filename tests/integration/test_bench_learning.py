@@ -37,6 +37,39 @@ def test_arms_identical_seed_by_seed_differ_by_exactly_zero():
     assert bootstrap_difference(pl.DataFrame(rows), "coevolve", "grpo", updates=3) == (0.0, 0.0, 0.0)
 
 
+def test_teacher_output_counts_candidates_by_status_and_folds_reasons(tmp_path):
+    from benchmarks.learning import rejection_reasons, teacher_output
+    from storage.layout import RunLayout
+    from storage.store import RunStore
+
+    def candidate(i: int, status: str, reason: str | None) -> dict:
+        return {"candidate_id": f"c{i}", "group_id": "g", "exploration_id": "e", "task_id": "t", "env": "toolworld",
+                "teacher": "local", "status": status, "reason": reason, "initial_state": "{}", "raw_reply": "[]"}  # fmt: skip
+
+    def verdict(i: int, outcome: str, reason: str) -> dict:
+        return {"verification_id": f"v{i}", "candidate_id": f"c{i}", "outcome": outcome, "reason": reason,
+                "attempts": 1, "policy_version": "p"}  # fmt: skip
+
+    store = RunStore(RunLayout(tmp_path, "learning-coevolve-s0"))
+    store.write(0, "abstract", "candidates", [
+        candidate(0, "ok", None), candidate(1, "ok", None), candidate(2, "ok", None),
+        candidate(3, "invalid", "solution item 7 is neither an observed call index nor a call"),
+        candidate(4, "invalid", "solution item 12 is neither an observed call index nor a call"),
+        candidate(5, "duplicate", 'same solution as dataset task ["send_message", {"to": "Ana"}]'),
+        candidate(6, "unparsable", "no JSON array in the reply")])  # fmt: skip
+    store.write(0, "verify", "verifications", [
+        verdict(0, "accept", "solved 1 of 1"), verdict(1, "discard", "answer 41.5 appears in no result"),
+        verdict(2, "discard", "answer 3 appears in no result")])  # fmt: skip
+    row = teacher_output(tmp_path, ["learning-coevolve-s0", "learning-grpo-s0"]).to_dicts()
+    assert row == [{"run": "learning-coevolve-s0", "candidates": 7, "ok": 3, "unparsable": 1, "invalid": 2,
+                    "duplicate": 1, "admitted": 1, "discarded": 2}]  # fmt: skip
+    reasons = rejection_reasons(tmp_path, ["learning-coevolve-s0"]).rows()
+    assert reasons[:2] == [("candidate invalid", "solution item N is neither an observed call index nor a call", 2),
+                           ("verification discard", "answer N appears in no result", 2)]  # fmt: skip
+    assert ("candidate duplicate", "same solution as dataset task {…}", 1) in reasons
+    assert teacher_output(tmp_path / "empty", ["learning-grpo-s0"]).height == 0  # no candidates anywhere
+
+
 def test_quick_plan_runs_and_reports(tmp_path, monkeypatch, prefect_api):
     from benchmarks.learning import Plan, run_benchmark
 
@@ -71,6 +104,7 @@ def test_quick_plan_runs_and_reports(tmp_path, monkeypatch, prefect_api):
     budget = query(tmp_path / "runs", "SELECT run, count(*) AS n FROM trajectories WHERE source = 'rollout' "
                                       "GROUP BY run").to_pylist()  # fmt: skip
     assert len({row["n"] for row in budget}) == 1 and len(budget) == 3
+    assert "## The teacher's candidates and their verdicts" in text
     # the evolving arms started as forks of grpo: round 0's rollout and update were computed once (the
     # arms forked grpo's round 0 before its later rounds pruned the round-0 checkpoint)
     for arm in ("coevolve", "no-verify"):
