@@ -163,7 +163,10 @@ def serve_machine(run_dir: Path, machine_rank: int, *, jobs: int | None = None, 
     succeeded = 0
     while jobs is None or len(joined) < jobs:
         for job_file in pending_jobs(run_dir):
-            job = json.loads(job_file.read_text())
+            try:
+                job = json.loads(job_file.read_text())
+            except FileNotFoundError:  # its launch failed meanwhile, and the stage removed it
+                continue
             if job.get("launch") in joined or int(job.get("machines", 1)) <= machine_rank:
                 continue
             joined.add(job["launch"])
