@@ -81,12 +81,10 @@ def abstraction_sample(env: Environment, chat: ChatFormat, task: Task, max_tasks
     rng = rng or random.Random(0)
     for _ in range(distractors if free else 0):
         plan.insert(rng.randrange(len(plan) + 1), (ToolCall(name=rng.choice(free), arguments={}), False))
-    calls, solution = [], []
-    for call, wanted in plan:
-        _, text = _observe(env, call)
-        if wanted:
-            solution.append(len(calls))
-        calls.append({"tool": call.name, "arguments": call.arguments, "observation": text})
+    observed = _observe(env, [call for call, _ in plan])
+    calls = [{"tool": call.name, "arguments": call.arguments, "observation": text}
+             for (call, _), (_, text) in zip(plan, observed, strict=True)]  # fmt: skip
+    solution = [i for i, (_, wanted) in enumerate(plan) if wanted]
     group = Group(group_id="warm-start", exploration_id="warm-start", task=task, calls=calls)
     answers = [str(value) for turn in task.checker.get("answers") or [] for value in turn]
     reply = json.dumps([{"solution": solution, "answers": answers, "query": " ".join(task.turns),
@@ -113,8 +111,7 @@ def reflection_sample(env: Environment, chat: ChatFormat, task: Task, *,
     reference = [call for turn in task.solution or [] for call in turn]
     *done, missing = reference
     steps = []
-    for i, call in enumerate(done):
-        ok, text = _observe(env, call)
+    for i, (call, (ok, text)) in enumerate(zip(done, _observe(env, done), strict=True)):
         steps.append({"step": i, "call_index": 0, "kind": "call", "tool": call.name, "ok": ok,
                       "arguments": json.dumps(call.arguments), "observation": text})  # fmt: skip
     steps.append({"step": len(done), "call_index": 0, "kind": "answer", "reply": "Done."})
@@ -137,11 +134,20 @@ def reflection_sample(env: Environment, chat: ChatFormat, task: Task, *,
     return prompt + answer, [0] * len(prompt) + [1] * len(answer)
 
 
-def _observe(env: Environment, call: ToolCall) -> tuple[bool, str]:
-    """Run one call; (whether it ran, its result or error as text)."""
-    (ran,) = env.step([call]).info["calls"]
-    observation = ran.get("result") if ran.get("ok") else ran.get("error")
-    return bool(ran.get("ok")), observation if isinstance(observation, str) else json.dumps(observation, default=str)
+def _observe(env: Environment, calls: list[ToolCall]) -> list[tuple[bool, str]]:
+    """Run `calls` in order in one step (a turn's step limit would cut a long list of one-call steps);
+    per call, whether it ran and its result or error as text."""
+    if not calls:
+        return []
+    ran = env.step(list(calls)).info.get("calls", [])
+    if len(ran) != len(calls):
+        raise RuntimeError(f"the environment ran {len(ran)} of {len(calls)} calls in one step")
+
+    def text(record: dict) -> str:
+        observation = record.get("result") if record.get("ok") else record.get("error")
+        return observation if isinstance(observation, str) else json.dumps(observation, default=str)
+
+    return [(bool(record.get("ok")), text(record)) for record in ran]
 
 
 def warm_start_checkpoint(config: CoevolveConfig, settings: WarmStart, directory: Path) -> Path:

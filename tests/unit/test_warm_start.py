@@ -109,7 +109,7 @@ def test_warm_start_settings_are_validated():
         WarmStart(lr=0.0)
 
 
-@pytest.mark.parametrize("distractors", [0, 2])
+@pytest.mark.parametrize("distractors", [0, 2, 3])
 def test_abstraction_example_is_a_reply_the_real_parser_accepts(tiny, distractors):
     from stages.abstract import parse_task
     from stages.teacher import ABSTRACT_PREFIX, extract_json
@@ -117,7 +117,8 @@ def test_abstraction_example_is_a_reply_the_real_parser_accepts(tiny, distractor
 
     _, tokenizer, chat = tiny
     env = envs.make("toolworld", seed=3)
-    task = next(t for t in env.tasks("train") if sum(map(len, t.solution)) > 1)
+    # the longest reference: 4 calls and 3 distractors are more calls than a turn's step limit (6)
+    task = max(env.tasks("train"), key=lambda t: sum(map(len, t.solution)))
     ids, mask = abstraction_sample(env, chat, task, max_tasks=3, distractors=distractors)
     prompt = tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if not m])
     assert "OBSERVED CALLS" in prompt and prompt.endswith(ABSTRACT_PREFIX)
