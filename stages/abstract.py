@@ -309,13 +309,15 @@ def abstract_groups(
     group adds nothing and is dropped, the others are parsed in order."""
     asking = [g for g in groups if g.calls]
     messages = [abstract_messages(g, offered_tools(make_env, g.task), max_tasks) for g in asking]
+    prefixes = [teachers.abstract_prefix(len(g.calls)) for g in asking for _ in range(samples)]
     conversations = [m for m in messages for _ in range(samples)]
     sampling = teacher.settings.text_sampling(seed)
-    replies = (
-        teacher.complete(conversations, sampling, reply_prefix=teachers.ABSTRACT_PREFIX)
-        if conversations
-        else []
-    )
+    replies = [""] * len(conversations)
+    for prefix in dict.fromkeys(prefixes):  # one batch per reply start
+        at = [i for i, p in enumerate(prefixes) if p == prefix]
+        for i, reply in zip(at, teacher.complete([conversations[i] for i in at], sampling, reply_prefix=prefix),
+                            strict=True):  # fmt: skip
+            replies[i] = reply
     replies_of = {
         g.group_id: list(dict.fromkeys(replies[i * samples : (i + 1) * samples])) for i, g in enumerate(asking)
     }

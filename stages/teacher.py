@@ -48,6 +48,13 @@ ABSTRACT_PREFIX = '[{"solution": ['
 """Solution first: a small teacher picks call indices it can see before it writes a query around them."""
 
 
+def abstract_prefix(calls: int) -> str:
+    """The abstraction reply's start for a group of `calls` observed calls. One call has one valid solution,
+    `[0]`, so it is written for the teacher (a small one wrote `[0, 1, 2]` for most one-call groups);
+    more calls leave the choice to it."""
+    return ABSTRACT_PREFIX + '0], "answers": [' if calls == 1 else ABSTRACT_PREFIX
+
+
 class JsonReplyError(ValueError):
     """A teacher reply without a usable JSON value; the message is the row's `reason`."""
 

@@ -276,6 +276,30 @@ def test_several_abstraction_samples_per_group_are_parsed_once_each(tokenizer, w
     assert [(r["status"], r["raw_reply"]) for r in rows] == [("ok", replies[0]), ("unparsable", replies[2])]
 
 
+def test_a_one_call_group_gets_its_only_solution_written_for_the_teacher(tokenizer, world):
+    from stages.teacher import ABSTRACT_PREFIX
+
+    bank = family(world.train, "bank_balance")
+    (a, info_a), (b, info_b) = list(bank.initial_state["bank"]["accounts"].items())[:2]
+    one = _group(bank, [("get_balance", {"account_id": a})], "one")
+    two = _group(bank, [("get_balance", {"account_id": a}), ("get_balance", {"account_id": b})], "two")
+
+    class PrefixEchoTeacher(ScriptedTeacher):  # fake: continues each prefix with a task for its group
+        def complete(self, conversations, sampling, *, reply_prefix=""):
+            self.batches = [*getattr(self, "batches", []), (reply_prefix, len(conversations))]
+            rest = {ABSTRACT_PREFIX: f'1], "answers": ["{info_b["balance"]:.2f}"], "query": "Balance of {b}?"}}]',
+                    ABSTRACT_PREFIX + '0], "answers": [': f'"{info_a["balance"]:.2f}"], "query": "Balance of {a}?"}}]'}
+            return [reply_prefix + rest[reply_prefix]] * len(conversations)
+
+    teacher = PrefixEchoTeacher(tokenizer, [])
+    rows = abstract_groups(teacher, make_env, [two, one], env="toolworld", max_tasks=3, duplicate_jaccard=0.8,
+                           existing=[], seed=0, samples=2)  # fmt: skip
+    assert teacher.batches == [(ABSTRACT_PREFIX, 2), (ABSTRACT_PREFIX + '0], "answers": [', 2)]
+    assert [(r["group_id"], r["status"], r["query"]) for r in rows] == [
+        ("two", "ok", f"Balance of {b}?"), ("one", "ok", f"Balance of {a}?")]  # fmt: skip
+    assert rows[1]["raw_reply"].startswith('[{"solution": [0], "answers": [')
+
+
 def test_duplicate_jaccard_zero_makes_the_solution_alone_decide(tokenizer, world):
     """Two wordings of one solution: distinct tasks at the default 0.8, one task at 0."""
     bank = family(world.train, "bank_balance")
