@@ -386,8 +386,9 @@ def teacher_output(root: Path, names: Sequence[str]) -> pl.DataFrame:
 
 def rejection_reasons(root: Path, names: Sequence[str], top: int = 12) -> pl.DataFrame:
     """The most frequent reasons a candidate was not `ok` or a verified one was discarded, over all runs,
-    with quoted JSON and numbers folded (`solution item N is neither ...`)."""
-    folded = r"regexp_replace(regexp_replace(coalesce(reason, ''), '\{.*\}|\[.*\]', '{…}', 'g'), '[0-9]+(\.[0-9]+)?', 'N', 'g')"
+    with quoted JSON, ids and numbers folded (`solution item N is neither ...`)."""
+    folded = (r"regexp_replace(regexp_replace(regexp_replace(coalesce(reason, ''), '\{.*\}|\[.*\]', '{…}', 'g'), "
+              r"'\b[0-9a-f]{12,}\b', '<id>', 'g'), '[0-9]+(\.[0-9]+)?', 'N', 'g')")
     return _scalar_table(root, names, f"""
         WITH reasons AS (
             SELECT 'candidate ' || status AS verdict, reason FROM candidates WHERE run IN (RUNS) AND status <> 'ok'
@@ -528,7 +529,7 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
               markdown_table(accepted_per_round(root, names)), "",
               "## The teacher's candidates and their verdicts", "",
               markdown_table(teacher_output(root, names)), "",
-              "Most frequent reasons a candidate was not `ok` or was discarded (JSON and numbers folded):", "",
+              "Most frequent reasons a candidate was not `ok` or was discarded (JSON, ids and numbers folded):", "",
               markdown_table(rejection_reasons(root, names)), ""]  # fmt: skip
     text = "\n".join(parts)
     (out / "report.md").write_text(text)

@@ -56,17 +56,19 @@ def test_teacher_output_counts_candidates_by_status_and_folds_reasons(tmp_path):
         candidate(3, "invalid", "solution item 7 is neither an observed call index nor a call"),
         candidate(4, "invalid", "solution item 12 is neither an observed call index nor a call"),
         candidate(5, "duplicate", 'same solution as dataset task ["send_message", {"to": "Ana"}]'),
-        candidate(6, "unparsable", "no JSON array in the reply")])  # fmt: skip
+        candidate(6, "unparsable", "no JSON array in the reply"),
+        candidate(7, "duplicate", "near-duplicate of ba2616ee7d70a46d")])  # fmt: skip
     store.write(0, "verify", "verifications", [
         verdict(0, "accept", "solved 1 of 1"), verdict(1, "discard", "answer 41.5 appears in no result"),
         verdict(2, "discard", "answer 3 appears in no result")])  # fmt: skip
     row = teacher_output(tmp_path, ["learning-coevolve-s0", "learning-grpo-s0"]).to_dicts()
-    assert row == [{"run": "learning-coevolve-s0", "candidates": 7, "ok": 3, "unparsable": 1, "invalid": 2,
-                    "duplicate": 1, "admitted": 1, "discarded": 2}]  # fmt: skip
+    assert row == [{"run": "learning-coevolve-s0", "candidates": 8, "ok": 3, "unparsable": 1, "invalid": 2,
+                    "duplicate": 2, "admitted": 1, "discarded": 2}]  # fmt: skip
     reasons = rejection_reasons(tmp_path, ["learning-coevolve-s0"]).rows()
     assert reasons[:2] == [("candidate invalid", "solution item N is neither an observed call index nor a call", 2),
                            ("verification discard", "answer N appears in no result", 2)]  # fmt: skip
     assert ("candidate duplicate", "same solution as dataset task {…}", 1) in reasons
+    assert ("candidate duplicate", "near-duplicate of <id>", 1) in reasons
     assert teacher_output(tmp_path / "empty", ["learning-grpo-s0"]).height == 0  # no candidates anywhere
 
 
