@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.learning import DEFAULT_CONFIG, TEACHER_BUILD
+from stages.warm_start import MAX_DISTRACTORS
 
 
 def main() -> None:
@@ -28,7 +29,7 @@ def main() -> None:
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     parser.add_argument("--tasks", type=int, default=TEACHER_BUILD.tasks, help="tasks; each gives an abstraction and a reflection example")
     parser.add_argument("--epochs", type=int, default=TEACHER_BUILD.epochs)
-    parser.add_argument("--max-distractors", type=int, default=3, help="distractor calls per abstraction example: 0 to this many")
+    parser.add_argument("--max-distractors", type=int, default=MAX_DISTRACTORS, help="distractor calls per abstraction example: 0 to this many")
     parser.add_argument("--seed", type=int, default=TEACHER_BUILD.seed, help="task draw; the policy's warm start uses 0")
     args = parser.parse_args()
 

@@ -33,7 +33,6 @@ share (job file, samples and checkpoints are read from it), and the model name m
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -46,6 +45,7 @@ from typing import Any
 import yaml
 
 from stages.config import CoevolveConfig
+from storage.parquet import write_text_atomic
 
 JOB_FILE = "job.json"
 METRICS_FILE = "metrics.json"
@@ -78,7 +78,7 @@ def launch_update(
         "checkpoint": str(checkpoint), "metrics": str(job_dir / METRICS_FILE), "sharding": sharding,
         "accelerate_config": str(launcher.resolve()), "machines": machines, "launch": uuid.uuid4().hex,
     }  # fmt: skip
-    _write_atomically(job_dir / JOB_FILE, json.dumps(job, indent=2) + "\n")  # workers poll for it
+    write_text_atomic(json.dumps(job, indent=2) + "\n", job_dir / JOB_FILE)  # workers poll for it
     with open(job_dir / LOG_FILE, "w") as log:
         code = subprocess.run(_launch_command(job_dir / JOB_FILE, launcher), stdout=log,
                               stderr=subprocess.STDOUT).returncode  # fmt: skip
@@ -96,12 +96,6 @@ def _launch_command(job_file: Path, launcher: Path, machine_rank: int | None = N
     rank = [] if machine_rank is None else ["--machine_rank", str(machine_rank)]
     return [str(accelerate), "launch", "--config_file", str(launcher), *rank, "-m", "stages.distributed_update",
             str(job_file)]  # fmt: skip
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _settings(launcher: Path) -> dict[str, Any]:

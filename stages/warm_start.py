@@ -180,7 +180,12 @@ def warm_start_checkpoint(config: CoevolveConfig, settings: WarmStart, directory
     return _save(model, tokenizer, record, target)
 
 
-def teacher_key(config: CoevolveConfig, start: Path | str, settings: WarmStart, *, max_distractors: int = 3) -> str:
+MAX_DISTRACTORS = 3
+"""Most distractor calls in a teacher abstraction example (`teacher_checkpoint` draws 0 to this many)."""
+
+
+def teacher_key(config: CoevolveConfig, start: Path | str, settings: WarmStart, *,
+                max_distractors: int = MAX_DISTRACTORS) -> str:  # fmt: skip
     """The directory name of `teacher_checkpoint`'s checkpoint: what it is trained from and on."""
     key = content_hash({"start": str(start), "settings": asdict(settings), "max_distractors": max_distractors,
                         "replies": ["abstract", "reflect"],
@@ -190,7 +195,7 @@ def teacher_key(config: CoevolveConfig, start: Path | str, settings: WarmStart, 
 
 
 def teacher_checkpoint(config: CoevolveConfig, start: Path, settings: WarmStart, directory: Path, *,
-                       max_distractors: int = 3) -> Path:  # fmt: skip
+                       max_distractors: int = MAX_DISTRACTORS) -> Path:  # fmt: skip
     """A teacher of its own (`teacher.type: local`) under `directory`, built if missing: the checkpoint
     `start` (e.g. the policy's warm start, so the teacher can also act in explorations) fine-tuned on the
     teacher's two replies for `settings.tasks` fresh training-family tasks (`settings.seed` picks which:
