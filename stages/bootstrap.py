@@ -83,6 +83,7 @@ def explore_tasks(ctx: RunContext, known: list[Task]) -> tuple[list[dict], dict[
                 rounds=evolve.explore_rounds,
                 steps=evolve.explore_steps,
                 seed=seed,
+                follow_ups=evolve.explore_follow_ups,
             ),
             run=ctx.run,
             round_=0,

@@ -118,6 +118,10 @@ class EvolveConfig(Section):
     """R: independent exploration episodes per exploration context (multi-round)."""
     explore_steps: int = Field(6, ge=1)
     """S: most teacher replies per exploration episode (multi-step)."""
+    explore_follow_ups: int = Field(1, ge=0)
+    """User turns added after the explored task's own, each asking the teacher to explore beyond the request
+    (`llm/prompts/explore_follow_up.md`). Without one, a small teacher carries the request out and stops,
+    and the only task its calls make is the explored one again (benchmarks/RESULTS.md)."""
     abstract_samples: int = Field(1, ge=1)
     """Teacher replies sampled per triple group at abstraction (each may hold tasks); more candidates for
     verification to choose from at the cost of one batched generation."""

@@ -7,7 +7,10 @@ An unparsable or invalid reply is an `explorations` row with its status and reas
 Then the teacher acts in the environment under each context: `evolve.explore_rounds` independent
 episodes (multi-round) of at most `evolve.explore_steps` replies (multi-step), each from the task's
 initial state, in the ordinary agent loop. The context reaches the teacher as the episode's system
-instructions (`explore` prompt). Episodes are logged as `trajectories`/`steps` with source `explore`.
+instructions (`explore` prompt). After the task's own turns come `evolve.explore_follow_ups` user turns
+asking it to explore beyond the request (`explore_follow_up` prompt; `exploration_task`): a small
+teacher otherwise carries the request out and stops, and its calls abstract to the explored task again.
+Episodes are logged as `trajectories`/`steps` with source `explore`.
 
 `evolve.guided: false` (the paper's "random exploration" ablation) ignores the signals: as many random
 worlds of the round's dataset are explored under a generic request and a few random tools, as the
@@ -167,6 +170,14 @@ def generic_context(tools: list[str]) -> dict:
 # --- exploration episodes -----------------------------------------------------------------------
 
 
+def exploration_task(task: Task, follow_ups: int) -> Task:
+    """The task an exploration episode runs: `task` (same id, state and checker) with `follow_ups` more user
+    turns, each asking to explore beyond the request. Replays of the episode (`stages.triples`) run it too,
+    so that the environment keeps the episode open for the same turns."""
+    follow_up = render_prompt("explore_follow_up").strip()
+    return task.model_copy(update={"turns": [*task.turns, *[follow_up] * follow_ups]})
+
+
 class ContextEnv:
     """An environment whose `reset` opens the conversation with per-task system instructions."""
 
@@ -208,8 +219,10 @@ def explore(
     rounds: int,
     steps: int,
     seed: int,
+    follow_ups: int = 0,
 ) -> list[Exploration]:
-    """Reflect on each target (unless its context is preset), then run `rounds` episodes per context."""
+    """Reflect on each target (unless its context is preset), then run `rounds` episodes per context, each
+    with `follow_ups` turns after the task's own (`exploration_task`)."""
     explorations = [Exploration(t, context=t.context) for t in targets]
     asking, tools = [], {}
     for x in explorations:
@@ -233,7 +246,7 @@ def explore(
         x.context, x.status, x.reason = parse_context(reply, names)
     ready = [x for x in explorations if x.status == "ok"]
     instructions = {x.target.task.id: explore_instructions(x.context) for x in ready}
-    jobs = [(x.target.task, k) for x in ready for k in range(rounds)]
+    jobs = [(exploration_task(x.target.task, follow_ups), k) for x in ready for k in range(rounds)]
     episodes = run_episodes(
         teacher.engine,
         teacher.chat,
@@ -374,6 +387,7 @@ def compute_explore(ctx: RunContext, round_: int, key: str) -> StageResult:
         rounds=cfg.explore_rounds,
         steps=cfg.explore_steps,
         seed=round_seed(ctx.config.run.seed, round_, "explore"),
+        follow_ups=cfg.explore_follow_ups,
     )
     artifacts = exploration_artifacts(explorations, run=ctx.run, round_=round_, teacher=teacher.version)
     statuses = [x.status for x in explorations]

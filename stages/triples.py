@@ -3,7 +3,8 @@
 Step 4 of the loop. Every tool call of every exploration episode becomes one row: the call (tool,
 arguments), what the environment answered, whether it ran, and the environment's state digest before
 and after it. The digests come from replaying the episode in a fresh environment from the task's initial
-state (environments are deterministic): a reply with one call is replayed as the reply text itself, so
+state, with as many user turns as the episode had (`stages.explore.exploration_task`; environments are
+deterministic): a reply with one call is replayed as the reply text itself, so
 turn structure and step caps match the episode; a reply with several calls is replayed one call per step
 to get a digest between them. If the replay stops executing calls (a step cap hit by that splitting),
 the remaining digests are null. Triples are grouped per exploration context: `group_id`.
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from envs.base import Environment, Task, ToolCall, content_hash
 from stages.context import RunContext
 from stages.datasets import load_tasks
+from stages.explore import exploration_task
 from stages.runner import StageDef, StageResult
 
 
@@ -60,10 +62,11 @@ def replay_triples(
 ) -> list[dict]:
     """Triple rows of one exploration episode (its `steps` rows), with replayed state digests."""
     ordered = sorted(steps, key=lambda s: (s["step"], s["call_index"]))
+    turns = 1 + max((s["turn"] for s in ordered), default=0)
     env = make_env()
     rows, seq = [], 0
     try:
-        env.reset(task)
+        env.reset(exploration_task(task, max(0, turns - len(task.turns))))
         live = True
         for _, group in itertools.groupby(ordered, key=lambda s: s["step"]):
             reply = list(group)

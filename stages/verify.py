@@ -12,10 +12,12 @@ failure deciding a `discard` with its reason:
    differ) or read what the task asks for (every answer appears in a result of the solution). A
    read-only candidate must ask a question or for information (`asks_for_information`: "What is ...?",
    "Show me ...", "... Tell me the result.", not "Transfer ..." solved by reading a balance; all 53
-   read-only one-turn reference tasks of the tool world ask). One whose teacher named no answer asks
-   for what its last call reads: its answers become the values of that result the query does not
-   already name (at most `MAX_READ_ANSWERS`; recorded in the verdict's reason), else it is discarded
-   as `no effect`.
+   read-only one-turn reference tasks of the tool world ask), and no clause of it may ask for an action
+   (`requested_action`: "Buy 9 x P-435 and tell me the order total." solved by reading the product is
+   a mismatched pair; no read-only reference task of the tool world asks for one). One whose teacher
+   named no answer asks for what its last call reads: its answers become the values of that result the
+   query does not already name (at most `MAX_READ_ANSWERS`; recorded in the verdict's reason), else it
+   is discarded as `no effect`.
 4. solvability: every literal argument of the solution appears in the query or in a result of an
    earlier call of the solution.
 5. grounding: at least the share `evolve.grounding` of the literals the query names (numbers and
@@ -73,6 +75,14 @@ _INFORMATION_REQUEST = re.compile(
     re.IGNORECASE,
 )
 """A sentence or clause of a query that asks for information ("Tell me ...", "... and show me ...")."""
+_ACTION_REQUEST = re.compile(
+    r"(?:^|[.;:!?]\s+|,?\s+(?:and|then)\s+)\s*(?:please\s+|(?:can|could) you\s+)?"
+    r"(add|append|book|buy|cancel|copy|create|delete|deposit|forward|message|move|order|pay|post|purchase"
+    r"|make|put|remove|rename|reply|reschedule|save|schedule|send|set|share|text|transfer|update|upload|withdraw"
+    r"|write)\b",
+    re.IGNORECASE,
+)
+"""A sentence or clause of a query that asks for an action ("Buy ...", "... and send ...")."""
 _QUERY_LITERAL = re.compile(
     r"(?<![\w'])'([^'\n]{1,80})'(?![\w'])"  # 'quoted text' (not an apostrophe)
     r'|"([^"\n]{1,80})"'  # "quoted text"
@@ -257,6 +267,13 @@ def asks_for_information(query: str) -> bool:
     return query.rstrip().endswith("?") or _INFORMATION_REQUEST.search(query) is not None
 
 
+def requested_action(query: str) -> str | None:
+    """The verb of the first sentence or clause of a query that asks for an action ("Buy 9 x P-435 and tell
+    me the total." -> "Buy"), if any."""
+    match = _ACTION_REQUEST.search(query)
+    return match.group(1) if match else None
+
+
 def query_literals(query: str) -> list[str]:
     """Numbers, identifiers with a digit, paths and quoted text the query names, in order."""
     found = (next(g for g in m.groups() if g is not None) for m in _QUERY_LITERAL.finditer(query))
@@ -310,10 +327,14 @@ def check_candidate(
         raise Rejected(f"{CONTAMINATION}: near-duplicate of held-out task {twin}")
     before, after, results = replay_solution(make_env, task)
     derived: list[str] = []
-    if before is not None and before == after:  # read-only: it must ask for what it reads
+    if before is not None and before == after:  # read-only: it must ask for what it reads, and only that
         if not asks_for_information(task.turns[-1]):
             raise Rejected("no effect: the solution changes nothing, and the query asks neither a question nor "
                            "for information (a read-only solution of an instruction is a mismatched pair)")
+        action = requested_action(task.turns[-1])
+        if action is not None:
+            raise Rejected(f"no effect: the solution changes nothing, but the query asks for an action "
+                           f"({action!r}; a read-only solution of an instruction is a mismatched pair)")
         if not any(task.checker.get("answers") or []):
             derived = read_answers(task, results)
             task = candidate_task({**row, "answers": json.dumps(derived)})
@@ -516,4 +537,4 @@ def compute_verify(ctx: RunContext, round_: int, key: str) -> StageResult:
     return StageResult(artifacts, {o: outcomes.count(o) for o in ("accept", "retain", "discard")})
 
 
-VERIFY = StageDef("verify", 4, ("evolve", "env", "rollout", "eval", "run"), _inputs, compute_verify)
+VERIFY = StageDef("verify", 5, ("evolve", "env", "rollout", "eval", "run"), _inputs, compute_verify)

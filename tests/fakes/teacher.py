@@ -4,8 +4,8 @@
   of its user turns) and replies as an agent that knows the reference solution: one `<tool_call>` per
   reply, then "Done." with the turn's answers. `solve="never"` makes it give up instead; `"alternate"`
   solves every other episode of a task (so GRPO groups hold successes and failures: boundary signals).
-  With `explore_unknown`, a request it does not know (unguided exploration) gets one call of each
-  offered tool that needs no argument.
+  With `explore_unknown`, a request it does not know (unguided exploration, an exploration's follow-up
+  turn) gets one call of each offered tool that needs no argument.
 - `ScriptedTeacher` (a fake `stages.teacher.Teacher`): reflections and abstractions come from scripted
   lists (cycled; malformed replies welcome) or, by default, from `valid_reflection` / `abstract_from_calls`,
   which build well-formed replies from the prompt; exploration episodes run on an `OracleEngine`.
@@ -74,8 +74,8 @@ class OracleEngine:
         pass
 
     def _reply(self, prompt: str) -> str:
-        found = self._locate(prompt)
-        if found is None:
+        found, requests = self._locate(prompt), _requests(prompt)
+        if found is None or (requests and found[2] < requests[-1].start(1)):  # the latest request is unknown
             return self._explore(prompt)
         task, turn, position = found
         done = prompt[position:].count(_ASSISTANT) - 1  # replies already given in this turn
@@ -104,7 +104,7 @@ class OracleEngine:
             return GIVE_UP
         listed = prompt.split("You can call these tools:", 1)[-1].split("To call a tool", 1)[0]
         tools = [m.group(1) for m in _NO_ARGUMENT_TOOL.finditer(listed)]
-        requests = [m for m in _USER_TURN.finditer(prompt) if not m.group(1).startswith("<tool_response>")]
+        requests = _requests(prompt)
         done = prompt[requests[-1].end() :].count(_ASSISTANT) - 1 if requests else 0
         return render_tool_call(ToolCall(name=tools[done])) if done < len(tools) else "Done exploring."
 
@@ -112,6 +112,11 @@ class OracleEngine:
         count = self.episodes.get(task.id, 0)
         self.episodes[task.id] = count + 1
         return self.solve == "always" or (self.solve == "alternate" and count % 2 == 0)
+
+
+def _requests(prompt: str) -> list[re.Match]:
+    """The user turns of a prompt that are requests (not tool results), in order."""
+    return [m for m in _USER_TURN.finditer(prompt) if not m.group(1).startswith("<tool_response>")]
 
 
 def _of_turn(per_turn: list, turn: int) -> list:

@@ -141,6 +141,24 @@ def test_triples_replay_digests_call_by_call(explored):
     assert all(r["ok"] for r in triples)
 
 
+def test_an_exploration_goes_on_past_the_request_and_its_replay_follows_it(tokenizer, world):
+    from stages.explore import exploration_task
+
+    task = family(world.train, "bank_balance")
+    teacher = ScriptedTeacher(tokenizer, world.train, reflections=[VALID])
+    (x,) = explore(teacher, make_env, [Target("x", task, "boundary")], rounds=1, steps=6, seed=0, follow_ups=1)
+    (episode,) = x.episodes
+    follow_up = exploration_task(task, 1).turns[1]
+    assert follow_up.startswith("Now explore beyond that request")
+    assert [m["content"] for m in episode.messages if m["role"] == "user"][-1] == follow_up
+    calls = [(s["turn"], s["tool"]) for s in episode.steps if s["kind"] == "call"]
+    assert calls[0] == (0, "get_balance") and {turn for turn, _ in calls} == {0, 1}  # the request, then beyond
+    artifacts = exploration_artifacts([x], run="t", round_=3, teacher=teacher.version)
+    triples = build_triples(make_env, artifacts["explorations"], artifacts["steps"], {task.id: task})
+    assert [(r["turn"], r["tool"]) for r in triples] == calls
+    assert all(r["ok"] and r["state_after"] is not None for r in triples)  # the replay ran the follow-up too
+
+
 def test_triples_split_a_multi_call_reply(world):
     task = family(world.train, "bank_balance")
     account = next(iter(task.initial_state["bank"]["accounts"]))
@@ -414,6 +432,13 @@ def verified(tokenizer, world):
         ),
         candidate(
             bank,
+            f"Move 5 from {acc_a} to {acc_b} and tell me the balance of {acc_a}.",  # asks, and for an action
+            [{"name": "get_balance", "arguments": {"account_id": acc_a}}],
+            [str(a["balance"])],
+            "action",
+        ),
+        candidate(
+            bank,
             f"What is the balance of {acc_a} once 125.39 went to {acc_b}?",  # asks, but not what it reads
             [{"name": "get_balance", "arguments": {"account_id": acc_a}}],
             [],
@@ -453,8 +478,8 @@ def verified(tokenizer, world):
 def test_verify_outcomes(verified):
     v = verified.by_candidate
     assert set(v) == {
-        "accept", "retain", "idle", "zero", "read", "noeffect", "instruction", "named", "ungrounded",
-        "unsolvable", "badcall", "contaminated",
+        "accept", "retain", "idle", "zero", "read", "noeffect", "instruction", "named", "action",
+        "ungrounded", "unsolvable", "badcall", "contaminated",
     }  # fmt: skip
     assert (v["accept"]["outcome"], v["accept"]["reward"], v["accept"]["success"]) == ("accept", 1.0, True)
     assert v["retain"]["outcome"] == "retain" and 0 < v["retain"]["reward"] < 0.5
@@ -466,6 +491,8 @@ def test_verify_outcomes(verified):
     assert v["noeffect"]["reason"].startswith("no effect") and "new values (at most 3" in v["noeffect"]["reason"]
     for name in ("instruction", "named"):
         assert v[name]["reason"].startswith("no effect") and "asks neither a question" in v[name]["reason"]
+    assert v["action"]["reason"].startswith("no effect: the solution changes nothing, but the query asks for "
+                                            "an action ('Move'")  # fmt: skip
     assert v["ungrounded"]["reason"] == (
         f"ungrounded: the query names 125.39, {verified.accounts[1]}, which the solution neither uses nor "
         "reads (1 of 3 literals grounded)"
@@ -473,7 +500,8 @@ def test_verify_outcomes(verified):
     assert v["unsolvable"]["reason"].startswith("unsolvable: argument Thanks a lot of send_message")
     assert v["badcall"]["reason"].startswith("replay: reference call teleport() failed")
     assert v["contaminated"]["reason"].startswith("contamination: near-duplicate of held-out task")
-    for name in ("noeffect", "instruction", "named", "ungrounded", "unsolvable", "badcall", "contaminated"):
+    for name in ("noeffect", "instruction", "named", "action", "ungrounded", "unsolvable", "badcall",
+                 "contaminated"):  # fmt: skip
         assert v[name]["outcome"] == "discard" and v[name]["attempts"] == 0 and v[name]["task"] is None
 
 
@@ -505,6 +533,39 @@ def test_a_query_asks_for_information_or_for_an_action(query, asks):
     from stages.verify import asks_for_information
 
     assert asks_for_information(query) is asks
+
+
+@pytest.mark.parametrize(
+    ("query", "action"),
+    [
+        ("Buy 9 x P-435 and tell me the order total.", "Buy"),
+        ("What is the balance of BIZ-7? Then please transfer 5 from BIZ-7 to SAV-2.", "transfer"),
+        ("Make a copy of /work/a.txt at /work/b.txt.", "Make"),
+        ("Check order O-12 and tell me its status.", None),
+        ("Read the message from Priya and tell me which date they suggest.", None),
+        ("What is the status of order O-12?", None),
+    ],
+)
+def test_a_query_may_ask_for_an_action(query, action):
+    from stages.verify import requested_action
+
+    assert requested_action(query) == action
+
+
+def test_tool_world_reference_tasks_ask_for_an_action_exactly_when_their_solution_changes_the_state():
+    from stages.verify import asks_for_information, replay_solution, requested_action
+
+    tasks = [t for split in ("train", "test", "heldout-templates") for t in make_env().tasks(split)]
+    read_only = changing = 0
+    for task in [t for t in tasks if len(t.turns) == 1]:
+        before, after, _ = replay_solution(make_env, task)
+        if before == after:
+            read_only += 1
+            assert asks_for_information(task.turns[0]) and requested_action(task.turns[0]) is None, task.turns
+        else:
+            changing += 1
+            assert requested_action(task.turns[0]) is not None, task.turns
+    assert read_only and changing
 
 
 def test_query_literals_are_numbers_identifiers_paths_and_quoted_text():
