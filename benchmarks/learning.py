@@ -384,6 +384,32 @@ def teacher_output(root: Path, names: Sequence[str]) -> pl.DataFrame:
         {"run": pl.String, "candidates": pl.Int64})  # fmt: skip
 
 
+def exploration_breadth(root: Path, names: Sequence[str]) -> pl.DataFrame:
+    """Per run: exploration groups, the distinct calls that ran in them (`calls`), and how many of those are
+    no call of the explored task's reference solution (`new_calls`). An exploration that only repeats the
+    task's solution gives the abstraction nothing but that task again."""
+    from envs.base import ToolCall
+
+    triples = _scalar_table(root, names, """
+        SELECT DISTINCT run, group_id, task_id, tool, arguments FROM triples WHERE run IN (RUNS) AND ok""",
+        {"run": pl.String, "group_id": pl.String, "task_id": pl.String, "tool": pl.String,
+         "arguments": pl.String})  # fmt: skip
+    tasks = _scalar_table(root, names, """
+        SELECT DISTINCT task_id, solution FROM tasks WHERE run IN (RUNS)
+        AND task_id IN (SELECT task_id FROM triples WHERE run IN (RUNS))""",
+        {"task_id": pl.String, "solution": pl.String})  # fmt: skip
+    reference = {row["task_id"]: {ToolCall(**c).signature() for turn in json.loads(row["solution"] or "[]")
+                                  for c in turn} for row in tasks.to_dicts()}  # fmt: skip
+    calls = {}
+    for row in triples.to_dicts():
+        call = ToolCall(name=row["tool"], arguments=json.loads(row["arguments"])).signature()
+        calls[(row["run"], row["group_id"], call)] = call not in reference.get(row["task_id"], set())
+    rows = [{"run": run, "group_id": group, "new": new} for (run, group, _), new in calls.items()]
+    frame = pl.DataFrame(rows, schema={"run": pl.String, "group_id": pl.String, "new": pl.Boolean})
+    return frame.group_by("run").agg(groups=pl.col("group_id").n_unique(), calls=pl.len(),
+                                     new_calls=pl.col("new").sum().cast(pl.Int64)).sort("run")  # fmt: skip
+
+
 def rejection_reasons(root: Path, names: Sequence[str], top: int = 12) -> pl.DataFrame:
     """The most frequent reasons a candidate was not `ok` or a verified one was discarded, over all runs,
     with quoted JSON, ids and numbers folded (`solution item N is neither ...`)."""
@@ -527,7 +553,10 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
               markdown_table(stage_table(seconds)), "",
               "## Synthesized tasks admitted per round", "",
               markdown_table(accepted_per_round(root, names)), "",
-              "## The teacher's candidates and their verdicts", "",
+              "## The teacher's explorations, its candidates and their verdicts", "",
+              "Distinct calls that ran in the exploration groups, and those that are no call of the explored "
+              "task's reference solution:", "",
+              markdown_table(exploration_breadth(root, names)), "",
               markdown_table(teacher_output(root, names)), "",
               "Most frequent reasons a candidate was not `ok` or was discarded (JSON, ids and numbers folded):", "",
               markdown_table(rejection_reasons(root, names)), ""]  # fmt: skip

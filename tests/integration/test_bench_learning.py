@@ -72,6 +72,35 @@ def test_teacher_output_counts_candidates_by_status_and_folds_reasons(tmp_path):
     assert teacher_output(tmp_path / "empty", ["learning-grpo-s0"]).height == 0  # no candidates anywhere
 
 
+def test_exploration_breadth_counts_calls_beyond_the_explored_tasks_solution(tmp_path):
+    from benchmarks.learning import exploration_breadth
+    from storage.layout import RunLayout
+    from storage.store import RunStore
+
+    solution = json.dumps([[{"name": "get_balance", "arguments": {"account_id": "BIZ-7"}}]])
+    task = {"task_id": "t", "env": "toolworld", "split": "train", "family": "bank_balance", "source": "benchmark",
+            "turns": "[]", "initial_state": "{}", "solution": solution, "checker": "{}", "lineage": "{}"}  # fmt: skip
+
+    def triple(i: int, group: str, tool: str, arguments: dict, ok: bool = True) -> dict:
+        return {"triple_id": f"r{i}", "group_id": group, "exploration_id": group, "trajectory_id": "tr",
+                "task_id": "t", "seq": i, "step": i, "call_index": 0, "turn": 0, "tool": tool,
+                "arguments": json.dumps(arguments), "observation": "{}", "ok": ok, "state_before": None,
+                "state_after": None, "changed": None}  # fmt: skip
+
+    store = RunStore(RunLayout(tmp_path, "learning-coevolve-s0"))
+    store.write(0, "bootstrap", "tasks", [task])
+    store.write(0, "triples", "triples", [
+        triple(0, "g1", "get_balance", {"account_id": "BIZ-7"}),  # the task's own call, twice
+        triple(1, "g1", "get_balance", {"account_id": "BIZ-7"}),
+        triple(2, "g2", "get_balance", {"account_id": "BIZ-7"}),
+        triple(3, "g2", "get_balance", {"account_id": "SAV-2"}),  # new: other arguments
+        triple(4, "g2", "list_accounts", {}),  # new: another tool
+        triple(5, "g2", "teleport", {}, ok=False)])  # fmt: skip
+    assert exploration_breadth(tmp_path, ["learning-coevolve-s0"]).to_dicts() == [
+        {"run": "learning-coevolve-s0", "groups": 2, "calls": 4, "new_calls": 2}]
+    assert exploration_breadth(tmp_path / "empty", ["learning-grpo-s0"]).height == 0
+
+
 def test_quick_plan_runs_and_reports(tmp_path, monkeypatch, prefect_api):
     from benchmarks.learning import Plan, run_benchmark
 
