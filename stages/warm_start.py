@@ -33,7 +33,7 @@ from llm.chat import ChatFormat
 from rl.warm_start import WarmStart, as_batch, reference_sample, warm_start
 from stages.abstract import Group, abstract_messages
 from stages.config import CoevolveConfig
-from stages.explore import Target, reflection_messages
+from stages.explore import ContextEnv, Target, exploration_task, explore_instructions, reflection_messages
 from stages.teacher import ABSTRACT_PREFIX, REFLECT_PREFIX
 
 SEED_OFFSET = 1_000_003
@@ -120,18 +120,92 @@ def reflection_sample(env: Environment, chat: ChatFormat, task: Task, *,
     reward = env.evaluate().reward
     target = Target("warm-start", task, "boundary", steps=steps, outcome=f"reward {reward:.2f}, failure",
                     evidence=evidence)  # fmt: skip
+    reply = json.dumps(reference_context(task))
+    if not reply.startswith(REFLECT_PREFIX):
+        raise AssertionError(f"the reflection reply must start with {REFLECT_PREFIX!r}")
+    prompt = chat.prompt_ids(reflection_messages(target, tools), tools=[]) + chat.encode(REFLECT_PREFIX)
+    answer = chat.encode(reply[len(REFLECT_PREFIX):]) + [chat.end_of_turn_id]
+    return prompt + answer, [0] * len(prompt) + [1] * len(answer)
+
+
+def reference_context(task: Task) -> dict:
+    """The exploration context a reflection on a failed attempt at `task` should reply with: the reference's
+    tools, a diagnosis of the attempt that stopped before its last call, and a plan that calls them in
+    order (`reflection_sample`'s reply, `exploration_sample`'s instructions)."""
+    reference = [call for turn in task.solution or [] for call in turn]
+    *done, missing = reference
     names = list(dict.fromkeys(call.name for call in reference))
     arguments = ", ".join(f"{k}={v}" for k, v in missing.arguments.items())
     diagnosis = (f"The agent stopped before calling {missing.name}({arguments}), so the task was left unfinished."
                  if done else f"The agent answered without calling {missing.name}, so nothing was done.")  # fmt: skip
     plan = (f"Call {', then '.join(names)} in this order with the values a user names, and vary the arguments "
             f"to see what each call returns and changes.")  # fmt: skip
-    reply = json.dumps({"tools": names, "apps": [], "diagnosis": diagnosis, "plan": plan})
-    if not reply.startswith(REFLECT_PREFIX):
-        raise AssertionError(f"the reflection reply must start with {REFLECT_PREFIX!r}")
-    prompt = chat.prompt_ids(reflection_messages(target, tools), tools=[]) + chat.encode(REFLECT_PREFIX)
-    answer = chat.encode(reply[len(REFLECT_PREFIX):]) + [chat.end_of_turn_id]
-    return prompt + answer, [0] * len(prompt) + [1] * len(answer)
+    return {"tools": names, "apps": [], "diagnosis": diagnosis, "plan": plan}
+
+
+def other_values(listing: Any, value: str) -> list[str]:
+    """The values a JSON result shows where it shows `value`: the other strings of a list that holds it, and
+    the same key's values in the other objects of a list where an object holds it under that key."""
+    found: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for item in node.values():
+                walk(item)
+        elif isinstance(node, list):
+            if value in node:
+                found.extend(x for x in node if isinstance(x, str) and x != value)
+            objects = [item for item in node if isinstance(item, dict)]
+            keys = {k for item in objects for k, v in item.items() if v == value}
+            found.extend(item[k] for item in objects for k in sorted(keys)
+                         if isinstance(item.get(k), str) and item[k] != value)  # fmt: skip
+            for item in node:
+                walk(item)
+
+    walk(listing)
+    return list(dict.fromkeys(found))
+
+
+def explored_variant(env: Environment, task: Task, rng: random.Random) -> tuple[ToolCall, ToolCall] | None:
+    """What an exploration beyond `task`'s request can do: a call of an offered tool that takes no argument
+    (a listing such as `list_accounts`) and a reference call of `task` with one string argument replaced by
+    another value that listing shows in the task's initial state (`other_values`); None when no listing
+    shows another value for any reference argument."""
+    tools = env.reset(task).tools
+    free = [t["function"]["name"] for t in tools if not t["function"]["parameters"].get("required")]
+    listings = []
+    for name, (ok, text) in zip(free, _observe(env, [ToolCall(name=name) for name in free]), strict=True):
+        try:
+            listings.append((name, json.loads(text) if ok else None))
+        except ValueError:
+            continue
+    for call in [call for turn in task.solution or [] for call in turn]:
+        for key, value in call.arguments.items():
+            for name, listing in listings:
+                others = [v for v in other_values(listing, value) if v not in call.arguments.values()
+                          ] if isinstance(value, str) else []  # fmt: skip
+                if others:
+                    return ToolCall(name=name), ToolCall(name=call.name, arguments={**call.arguments,
+                                                                                     key: rng.choice(others)})  # fmt: skip
+    return None
+
+
+def exploration_sample(env: Environment, chat: ChatFormat, task: Task, *,
+                       rng: random.Random | None = None) -> tuple[list[int], list[int]] | None:  # fmt: skip
+    """The teacher's exploration episode (`stages.explore`) on `task`, under the context its reflection
+    example plans (`reference_context`), acted out: the reference solution for the task's own turns, then
+    in the follow-up turn a listing and a reference call with another value it shows (`explored_variant`).
+    Ids and loss mask like `rl.warm_start.reference_sample`. A teacher that only learned to solve tasks
+    repeats the task's own calls in the follow-up, or names values nothing showed (benchmarks/RESULTS.md).
+    None when the task has no such variant."""
+    variant = explored_variant(env, task, rng or random.Random(0))
+    if variant is None:
+        return None
+    solution = list(task.solution or [])
+    solution += [[] for _ in range(len(task.turns) - len(solution))]
+    episode = exploration_task(task, 1).model_copy(update={"solution": [*solution, list(variant)]})
+    instructions = {task.id: explore_instructions({**reference_context(task), "unknown_tools": []})}
+    return reference_sample(ContextEnv(env, instructions), chat, episode)
 
 
 def _observe(env: Environment, calls: list[ToolCall]) -> list[tuple[bool, str]]:
@@ -188,7 +262,7 @@ def teacher_key(config: CoevolveConfig, start: Path | str, settings: WarmStart, 
                 max_distractors: int = MAX_DISTRACTORS) -> str:  # fmt: skip
     """The directory name of `teacher_checkpoint`'s checkpoint: what it is trained from and on."""
     key = content_hash({"start": str(start), "settings": asdict(settings), "max_distractors": max_distractors,
-                        "replies": ["abstract", "reflect"],
+                        "replies": ["abstract", "reflect", "explore"],
                         "env": config.env.name, "options": config.env.options,
                         "max_tasks": config.evolve.max_tasks_per_group}, length=12)  # fmt: skip
     return f"teacher-{key}"
@@ -201,8 +275,9 @@ def teacher_checkpoint(config: CoevolveConfig, start: Path, settings: WarmStart,
     teacher's two replies for `settings.tasks` fresh training-family tasks (`settings.seed` picks which:
     use another seed than the policy's warm start): an abstraction example each, with 0 to
     `max_distractors` extra observed calls to leave out (`abstraction_sample`; drawn per example, so the
-    solution's indices follow the calls shown, not a fixed offset), and a reflection example each
-    (`reflection_sample`)."""
+    solution's indices follow the calls shown, not a fixed offset), a reflection example each
+    (`reflection_sample`), and an exploration episode each that has a variant to explore
+    (`exploration_sample`)."""
     import torch
 
     from llm.models import load_model
@@ -219,13 +294,18 @@ def teacher_checkpoint(config: CoevolveConfig, start: Path, settings: WarmStart,
     rows = [abstraction_sample(env, chat, task, config.evolve.max_tasks_per_group, distractors=n, rng=rng)
             for task, n in zip(tasks, distractors, strict=True)]  # fmt: skip
     rows += [reflection_sample(env, chat, task, rng=rng) for task in tasks]
-    samples = as_batch(rows, [("abstract", t.family) for t in tasks] + [("reflect", t.family) for t in tasks])
-    print(f"teacher warm start: {len(tasks)} abstraction examples (0-{max_distractors} distractor calls) and "
-          f"{len(tasks)} reflection examples, {settings.epochs} epochs", file=sys.stderr, flush=True)  # fmt: skip
-    losses = warm_start(model, samples, settings, progress=_report)
+    groups = [("abstract", t.family) for t in tasks] + [("reflect", t.family) for t in tasks]
+    explored = [(task, exploration_sample(env, chat, task, rng=rng)) for task in tasks]
+    explored = [(task, row) for task, row in explored if row is not None]
+    rows += [row for _, row in explored]
+    groups += [("explore", task.family) for task, _ in explored]
+    print(f"teacher warm start: {len(tasks)} abstraction examples (0-{max_distractors} distractor calls), "
+          f"{len(tasks)} reflection examples and {len(explored)} exploration examples, {settings.epochs} epochs",
+          file=sys.stderr, flush=True)  # fmt: skip
+    losses = warm_start(model, as_batch(rows, groups), settings, progress=_report)
     record = {"start": str(start), "settings": asdict(settings), "distractors": distractors,
-              "examples": len(rows), "task_ids": [t.id for t in tasks], "losses": losses,
-              "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
+              "examples": len(rows), "explorations": len(explored), "task_ids": [t.id for t in tasks],
+              "losses": losses, "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
     return _save(model, tokenizer, record, target)
 
 

@@ -95,7 +95,8 @@ def test_teacher_checkpoint_starts_from_a_checkpoint_and_is_built_once(tmp_path)
     start = warm_start_checkpoint(config, WarmStart(tasks=2, epochs=1, batch_size=2, teacher=False), tmp_path)
     path = teacher_checkpoint(config, start, settings, tmp_path)
     record = json.loads((path / RECORD).read_text())
-    assert record["start"] == str(start) and record["examples"] == 8  # 4 + 4
+    assert record["start"] == str(start) and 0 < record["explorations"] <= 4
+    assert record["examples"] == 4 + 4 + record["explorations"]
     assert len(record["distractors"]) == 4 and all(0 <= n <= 3 for n in record["distractors"])
     assert teacher_checkpoint(config, start, settings, tmp_path) == path
     model, _ = load_model(str(path))
@@ -155,3 +156,38 @@ def test_reflection_example_is_a_reply_the_real_parser_accepts(tiny, calls):
     context, status, reason = parse_context(reply, names)
     assert (status, reason) == ("ok", None)
     assert context["tools"] == list(dict.fromkeys(c.name for c in reference)) and reference[-1].name in context["diagnosis"]
+
+
+def test_other_values_are_the_listings_alternatives_to_a_value():
+    from stages.warm_start import other_values
+
+    assert other_values(["/a.txt", "/b.txt", "/c.txt"], "/b.txt") == ["/a.txt", "/c.txt"]
+    accounts = [{"account_id": "BIZ-4", "balance": 1.0}, {"account_id": "TRV-9", "balance": 2.0}, {"label": "x"}]
+    assert other_values(accounts, "TRV-9") == ["BIZ-4"]
+    assert other_values({"items": accounts}, "BIZ-4") == ["TRV-9"]  # nested
+    assert other_values(accounts, "SAV-1") == [] and other_values("no listing", "BIZ-4") == []
+
+
+def test_exploration_example_goes_past_the_request_with_a_value_a_listing_showed(tiny):
+    import random
+
+    from stages.explore import exploration_task
+    from stages.warm_start import exploration_sample
+
+    _, tokenizer, chat = tiny
+    env = envs.make("toolworld", seed=3)
+    task = next(t for t in env.tasks("train") if t.family == "bank_balance")
+    ids, mask = exploration_sample(env, chat, task, rng=random.Random(0))
+    text = tokenizer.decode(ids)
+    (reference,) = task.solution[0]
+    follow_up = exploration_task(task, 1).turns[-1]
+    assert "Exploration plan: Call get_balance" in text and follow_up in text  # as the explore stage prompts
+    replies = tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if m]).split("<|im_end|>")
+    assert replies[0].strip() == render_tool_call(reference).strip()  # the request first
+    listing, variant = replies[2], replies[3]  # then, after the request's answer: list, and read another
+    assert '"list_accounts"' in listing and '"get_balance"' in variant
+    other = json.loads(variant.split("<tool_call>")[1].split("</tool_call>")[0])["arguments"]["account_id"]
+    assert other != reference.arguments["account_id"] and other in task.initial_state["bank"]["accounts"]
+    assert text.index(follow_up) < text.index(listing.strip())
+    no_listing = next(t for t in env.tasks("train") if t.family == "write_note")  # a new path: nothing lists it
+    assert exploration_sample(env, chat, no_listing) is None
