@@ -33,6 +33,7 @@ MAX_SOLUTION_CALLS = 8
 MAX_ANSWERS = 8
 MAX_QUERY_CHARS = 1000
 _TOKEN = re.compile(r"[a-z0-9]+")
+_ANSWERS_LIST = re.compile(r'("answers"\s*:\s*)(\[[^\[\]]*\])')
 
 
 @dataclass(frozen=True)
@@ -182,9 +183,29 @@ def parse_task(item: Any, calls: list[dict]) -> dict:
     }
 
 
+def repair_answers(reply: str) -> str:
+    """`reply` with every "answers" list that is not JSON (`[16:00]`, `[path=/a.txt, content=hi]`: a small
+    teacher's) emptied. Verification gives a read-only task without answers the values its solution reads,
+    and a state-changing one needs none, so such a task is still worth checking."""
+
+    def empty_if_invalid(match: re.Match) -> str:
+        try:
+            json.loads(match.group(2))
+        except ValueError:
+            return match.group(1) + "[]"
+        return match.group(0)
+
+    return _ANSWERS_LIST.sub(empty_if_invalid, reply)
+
+
 def candidate_rows(group: Group, reply: str, *, env: str, teacher: str, max_tasks: int) -> list[dict]:
-    """Rows for one teacher reply: one per task it holds (ok / invalid), or one unparsable row."""
+    """Rows for one teacher reply: one per task it holds (ok / invalid), or one unparsable row. A reply
+    whose task array decodes only once its non-JSON "answers" lists are emptied (`repair_answers`) is read
+    that way; its `ok` rows say so in `reason`."""
     base = _base_row(group, reply, env=env, teacher=teacher)
+    repaired, note = repair_answers(reply), None
+    if repaired != reply:
+        reply, note = repaired, "an 'answers' list of the reply was not JSON and was read as empty"
     try:
         items = extract_json(reply, list)
     except JsonReplyError as exc:
@@ -217,7 +238,7 @@ def candidate_rows(group: Group, reply: str, *, env: str, teacher: str, max_task
                 **base,
                 "candidate_id": content_hash(content),
                 "status": "ok",
-                "reason": None,
+                "reason": note,
                 "intent": task["intent"],
                 "query": task["query"],
                 "solution": json.dumps(task["solution"]),

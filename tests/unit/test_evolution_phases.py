@@ -15,7 +15,7 @@ import pytest
 import envs
 from envs.base import Task, ToolCall
 from envs.replay import replay_reference
-from stages.abstract import Group, abstract_groups, build_groups, jaccard, solution_signature
+from stages.abstract import Group, abstract_groups, build_groups, jaccard, repair_answers, solution_signature
 from stages.explore import Target, exploration_artifacts, explore, select_signals
 from stages.merge import admitted_tasks, merge_dataset
 from stages.triples import build_triples, group_id
@@ -336,6 +336,23 @@ def test_duplicate_jaccard_zero_makes_the_solution_alone_decide(tokenizer, world
 
     assert statuses(0.8) == ["ok", "ok"]
     assert statuses(0.0) == ["ok", "duplicate"]
+
+
+def test_an_answers_list_that_is_not_json_is_read_as_empty(tokenizer, world):
+    """A small teacher writes `"answers": [16:00]`: the array does not decode, and the first list that does
+    is the solution `[0]` ("a task must be a JSON object, got int"). Emptied, the task is checked."""
+    event = family(world.train, "create_event")
+    (call,) = event.solution[0]
+    group = _group(event, [(call.name, call.arguments)], "g1")
+    broken = ('[{"solution": [0], "answers": [16:00], "query": "Add it.", "intent": "e"}, '
+              '{"solution": [0], "answers": ["x"], "query": "Add it now.", "intent": "e"}]')  # fmt: skip
+    rows = abstract_groups(ScriptedTeacher(tokenizer, [], abstractions=[broken]), make_env, [group],
+                           env="toolworld", max_tasks=3, duplicate_jaccard=0.8, existing=[], seed=0)  # fmt: skip
+    assert [(r["status"], r["answers"]) for r in rows] == [("ok", "[]"), ("ok", '["x"]')]
+    assert rows[0]["reason"] == "an 'answers' list of the reply was not JSON and was read as empty"
+    assert rows[0]["raw_reply"] == broken  # the row keeps what the teacher wrote
+    whole = '[{"solution": [0], "answers": ["16:00"], "query": "Add it.", "intent": "e"}]'
+    assert repair_answers(whole) == whole and repair_answers('"answers": [a=1, [b]]') == '"answers": [a=1, [b]]'
 
 
 def test_similarity_helpers():
