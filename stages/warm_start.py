@@ -179,14 +179,15 @@ def explored_variant(env: Environment, task: Task, rng: random.Random) -> tuple[
             listings.append((name, json.loads(text) if ok else None))
         except ValueError:
             continue
-    for call in [call for turn in task.solution or [] for call in turn]:
-        for key, value in call.arguments.items():
-            for name, listing in listings:
-                others = [v for v in other_values(listing, value) if v not in call.arguments.values()
-                          ] if isinstance(value, str) else []  # fmt: skip
-                if others:
-                    return ToolCall(name=name), ToolCall(name=call.name, arguments={**call.arguments,
-                                                                                     key: rng.choice(others)})  # fmt: skip
+    reference = [call for turn in task.solution or [] for call in turn]
+    strings = [(call, key, value) for call in reference for key, value in call.arguments.items()
+               if isinstance(value, str)]  # fmt: skip
+    for call, key, value in strings:
+        for name, listing in listings:
+            others = [v for v in other_values(listing, value) if v not in call.arguments.values()]
+            if others:
+                variant = ToolCall(name=call.name, arguments={**call.arguments, key: rng.choice(others)})
+                return ToolCall(name=name), variant
     return None
 
 
@@ -272,7 +273,7 @@ def teacher_checkpoint(config: CoevolveConfig, start: Path, settings: WarmStart,
                        max_distractors: int = MAX_DISTRACTORS) -> Path:  # fmt: skip
     """A teacher of its own (`teacher.type: local`) under `directory`, built if missing: the checkpoint
     `start` (e.g. the policy's warm start, so the teacher can also act in explorations) fine-tuned on the
-    teacher's two replies for `settings.tasks` fresh training-family tasks (`settings.seed` picks which:
+    teacher's replies and actions for `settings.tasks` fresh training-family tasks (`settings.seed` picks which:
     use another seed than the policy's warm start): an abstraction example each, with 0 to
     `max_distractors` extra observed calls to leave out (`abstraction_sample`; drawn per example, so the
     solution's indices follow the calls shown, not a fixed offset), a reflection example each
