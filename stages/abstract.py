@@ -1,7 +1,8 @@
 """abstract: the teacher turns each triple group into candidate tasks (step 5 of the loop).
 
-For every group (one exploration context) the teacher sees the tools and the calls that ran without
-error, each with its result, and answers with a JSON array of tasks {intent, query, solution (indices of
+For every group (one exploration context; with `evolve.abstract_single_calls` also each of its calls
+alone, `single_call_groups`) the teacher sees the tools and the calls that ran without error, each with
+its result, and answers with a JSON array of tasks {intent, query, solution (indices of
 those calls, or the calls themselves), answers}. Every reply is stored raw next to its parse result; an
 unparsable reply, an invalid task (a call that was never observed, no query, too many calls...) and a
 near-duplicate (same normalised solution signature and query token-Jaccard >= `evolve.duplicate_jaccard`,
@@ -110,6 +111,19 @@ def build_groups(triples: list[dict], tasks_of_explorations: dict[str, Task]) ->
             Group(gid, rows[0]["exploration_id"], tasks_of_explorations[rows[0]["exploration_id"]], calls)
         )
     return groups
+
+
+def single_call_groups(groups: list[Group]) -> list[Group]:
+    """A one-call group for every call of each group with several (`evolve.abstract_single_calls`): the same
+    exploration and initial state, a group id derived from the group's and the call's position. A small
+    teacher given several calls picks solution indices that do not match its query ("Transfer 24.5 from
+    TRV-8 to EMG-4." over `list_accounts`); given one, the solution is written for it (`abstract_prefix`)."""
+    return [
+        Group(content_hash([g.group_id, i, "single call"]), g.exploration_id, g.task, [call])
+        for g in groups
+        if len(g.calls) > 1
+        for i, call in enumerate(g.calls)
+    ]
 
 
 def abstract_messages(group: Group, tools: list[dict], max_tasks: int) -> list[dict]:
@@ -374,6 +388,8 @@ def compute_abstract(ctx: RunContext, round_: int, key: str) -> StageResult:
     explorations = ctx.store.read(round_, "explore", "explorations").to_pylist()
     tasks = {t.id: t for t in load_tasks(ctx, sorted({x["task_id"] for x in explorations}), round_)}
     groups = build_groups(triples, {x["exploration_id"]: tasks[x["task_id"]] for x in explorations})
+    if cfg.abstract_single_calls:
+        groups += single_call_groups(groups)
     teacher = teachers.make_teacher(ctx, round_)
     rows = abstract_groups(
         teacher,

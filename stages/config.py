@@ -125,6 +125,9 @@ class EvolveConfig(Section):
     abstract_samples: int = Field(1, ge=1)
     """Teacher replies sampled per triple group at abstraction (each may hold tasks); more candidates for
     verification to choose from at the cost of one batched generation."""
+    abstract_single_calls: bool = False
+    """Also abstract each call of a group with several calls on its own (`stages.abstract.single_call_groups`):
+    a small teacher matches one call to its query far better than it picks indices among several."""
     max_tasks_per_group: int = Field(3, ge=1)
     """Most tasks the teacher may abstract from one triple group (extra ones are rows marked `invalid`)."""
     duplicate_jaccard: float = Field(0.8, ge=0.0, le=1.0)

@@ -15,7 +15,15 @@ import pytest
 import envs
 from envs.base import Task, ToolCall
 from envs.replay import replay_reference
-from stages.abstract import Group, abstract_groups, build_groups, jaccard, repair_answers, solution_signature
+from stages.abstract import (
+    Group,
+    abstract_groups,
+    build_groups,
+    jaccard,
+    repair_answers,
+    single_call_groups,
+    solution_signature,
+)
 from stages.explore import Target, exploration_artifacts, explore, select_signals
 from stages.merge import admitted_tasks, merge_dataset
 from stages.triples import build_triples, group_id
@@ -673,3 +681,7 @@ def test_groups_collect_distinct_ok_calls_in_order(explored):
     by_id = {g.exploration_id: g for g in groups}
     assert [c["tool"] for c in by_id["x2"].calls] == ["get_balance", "transfer", "get_balance"]
     assert len(by_id["x0"].calls) == 1  # the same read in both rounds shows once
+    singles = single_call_groups(groups)
+    assert [g.calls for g in singles if g.exploration_id == "x2"] == [[c] for c in by_id["x2"].calls]
+    assert {g.exploration_id for g in singles} == {"x2"}  # groups of one call are not repeated
+    assert len({g.group_id for g in singles} | {g.group_id for g in groups}) == len(singles) + len(groups)
