@@ -135,7 +135,7 @@ def test_quick_plan_runs_and_reports(tmp_path, monkeypatch, prefect_api):
     budget = query(tmp_path / "runs", "SELECT run, count(*) AS n FROM trajectories WHERE source = 'rollout' "
                                       "GROUP BY run").to_pylist()  # fmt: skip
     assert len({row["n"] for row in budget}) == 1 and len(budget) == 3
-    assert "## The teacher's candidates and their verdicts" in text
+    assert "## The teacher's explorations, its candidates and their verdicts" in text and "| new_calls |" in text
     # the evolving arms started as forks of grpo: round 0's rollout and update were computed once (the
     # arms forked grpo's round 0 before its later rounds pruned the round-0 checkpoint)
     for arm in ("coevolve", "no-verify"):

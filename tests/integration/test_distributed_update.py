@@ -27,6 +27,15 @@ def _weights(checkpoint) -> dict[str, torch.Tensor]:
     return {k: v for f in sorted(checkpoint.glob("*.safetensors")) for k, v in load_file(str(f)).items()}
 
 
+def assert_same_update(two: torch.Tensor, one: torch.Tensor, *, lr: float) -> None:
+    """Weights equal up to the order of float sums. AdamW divides by sqrt(v): where an element's gradient is
+    about 0, reduction-order noise becomes a visible share of one step (on one 2-core machine: 1 element of
+    4096 off by 2 % of lr, every other one within 1e-6), so a few elements may differ, by a small part of lr."""
+    diff = (two - one).abs()
+    assert diff.max().item() <= 0.05 * lr, f"largest difference {diff.max().item():.3g} (lr {lr})"
+    assert (diff > 1e-6).float().mean().item() <= 1e-3, f"{int((diff > 1e-6).sum())} of {diff.numel()} elements differ"
+
+
 @pytest.fixture
 def oracle_rollouts(monkeypatch):
     use_oracle_engine(monkeypatch)
@@ -86,7 +95,7 @@ def test_two_processes_update_like_one(tmp_path, oracle_rollouts, launcher, requ
         two = _weights(contexts["two"].store.layout.checkpoint_dir(round_))
         assert one.keys() == two.keys()
         for name in one:
-            torch.testing.assert_close(two[name], one[name], rtol=0, atol=1e-6)
+            assert_same_update(two[name], one[name], lr=contexts["one"].config.train.lr)
 
     if worker is not None:  # machine 1 joined both rounds' launches, then stopped
         output = worker.communicate(timeout=60)[0]
