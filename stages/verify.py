@@ -18,6 +18,10 @@ failure deciding a `discard` with its reason:
    named no answer asks for what its last call reads: its answers become the values of that result the
    query does not already name (at most `MAX_READ_ANSWERS`; recorded in the verdict's reason), else it
    is discarded as `no effect`.
+   A state-changing candidate whose query asks for no information ("Transfer 125.39 from TRV-4 to
+   BIZ-3.") is checked without the answers its teacher named (a small teacher adds the balance a
+   transfer returned; the policy could only pass by stating what nobody asked for); the verdict's reason
+   names them.
 4. solvability: every literal argument of the solution appears in the query or in a result of an
    earlier call of the solution.
 5. grounding: at least the share `evolve.grounding` of the literals the query names (numbers and
@@ -104,6 +108,8 @@ class Checked:
     expected_digest: str | None
     read_answers: tuple[str, ...] = ()
     """Answers taken from the solution's last result (the teacher named none), else empty."""
+    dropped_answers: tuple[str, ...] = ()
+    """Answers the teacher named for a state-changing task whose query asks for none (not required)."""
     idle_reward: float = 0.0
     """What an idle answer earns on the task: a failed attempt is retained only above it."""
 
@@ -338,6 +344,11 @@ def check_candidate(
         if not any(task.checker.get("answers") or []):
             derived = read_answers(task, results)
             task = candidate_task({**row, "answers": json.dumps(derived)})
+    dropped: list[str] = []
+    if before != after and not asks_for_information(task.turns[-1]):  # an instruction: no answer asked for
+        dropped = [str(a) for turn in task.checker.get("answers") or [] for a in turn]
+        if dropped:
+            task = candidate_task({**row, "answers": "[]"})
     check_effect(task, before, after, results)
     check_solvable(task, results)
     check_grounded(task, results, settings.grounding)
@@ -348,7 +359,7 @@ def check_candidate(
         env.close()
     if not evaluation.success:
         raise Rejected("checker: the reference solution does not satisfy the derived checker")
-    return Checked(row, task, after, tuple(derived), idle_reward(make_env, task))
+    return Checked(row, task, after, tuple(derived), tuple(dropped), idle_reward(make_env, task))
 
 
 # --- the verification ---------------------------------------------------------------------------
@@ -442,6 +453,8 @@ def _judged(c: Checked, attempts: list[dict], policy: str, lineage: dict) -> dic
         reason = f"the policy failed with reward {reward:.2f}, no more than an idle answer's {c.idle_reward:.2f} (best of {n})"
     if c.read_answers:
         reason += f"; answers read from the solution's last result: {', '.join(c.read_answers)}"
+    if c.dropped_answers:
+        reason += f"; the query asks for no answer, so the teacher's were dropped: {', '.join(c.dropped_answers)}"
     return _decided(c, policy, lineage, outcome, reason, reward=reward, success=success, attempts=n)
 
 
@@ -537,4 +550,4 @@ def compute_verify(ctx: RunContext, round_: int, key: str) -> StageResult:
     return StageResult(artifacts, {o: outcomes.count(o) for o in ("accept", "retain", "discard")})
 
 
-VERIFY = StageDef("verify", 5, ("evolve", "env", "rollout", "eval", "run"), _inputs, compute_verify)
+VERIFY = StageDef("verify", 6, ("evolve", "env", "rollout", "eval", "run"), _inputs, compute_verify)

@@ -530,6 +530,25 @@ def test_verify_outcomes(verified):
         assert v[name]["outcome"] == "discard" and v[name]["attempts"] == 0 and v[name]["task"] is None
 
 
+def test_an_instruction_is_checked_without_the_answers_nobody_asked_for(world):
+    from stages.verify import check_candidate
+
+    bank = family(world.train, "bank_balance")
+    a, b = list(bank.initial_state["bank"]["accounts"])[:2]
+    transfer = [{"name": "transfer", "arguments": {"from_account": a, "to_account": b, "amount": 5.0}}]
+    env = make_env()
+    env.reset(bank)
+    left = str(env.step([ToolCall(**transfer[0])]).info["calls"][0]["result"]["from_balance"])
+    # the teacher named the balance the transfer returned, which the query never asks for
+    told = candidate(bank, f"Transfer 5 from {a} to {b}.", transfer, [left], "told")
+    checked = check_candidate(make_env, told, [], VerifySettings())
+    assert checked.task.checker["answers"] == [[]] and checked.dropped_answers == (left,)
+    asked = candidate(bank, f"Transfer 5 from {a} to {b}, then tell me what is left in {a}.", transfer, [left],
+                      "asked")  # fmt: skip
+    checked = check_candidate(make_env, asked, [], VerifySettings())
+    assert checked.task.checker["answers"] == [[left]] and checked.dropped_answers == ()
+
+
 def test_a_read_only_candidate_without_answers_asks_for_what_its_solution_reads(verified):
     row = verified.by_candidate["read"]
     assert json.loads(row["checker"])["answers"] == [[str(verified.balance_a)]]  # not the account it names
