@@ -507,8 +507,9 @@ def _warm_start_line(plan: Plan) -> str:
     if plan.teacher_model is None:
         return line + " The evolving arms' teacher is the config's."
     return (line + f" The evolving arms' teacher (`teacher.type: local`) is `{plan.teacher_model}`: that checkpoint "
-            f"fine-tuned on {plan.teacher.tasks} abstraction and {plan.teacher.tasks} reflection replies for fresh "
-            f"training-family tasks (stages/warm_start.py).")  # fmt: skip
+            f"fine-tuned on {plan.teacher.tasks} abstraction and {plan.teacher.tasks} reflection replies, and an "
+            f"exploration episode for each of them that lists a variant, for fresh training-family tasks "
+            f"(stages/warm_start.py).")  # fmt: skip
 
 
 def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
