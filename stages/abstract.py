@@ -2,8 +2,8 @@
 
 For every group (one exploration context; with `evolve.abstract_single_calls` also each of its calls
 alone, `single_call_groups`) the teacher sees the tools and the calls that ran without error, each with
-its result, and answers with a JSON array of tasks {intent, query, solution (indices of
-those calls, or the calls themselves), answers}. Every reply is stored raw next to its parse result; an
+its result, and answers with a JSON array of tasks {intent, query, solution (indices of those calls, or
+the calls themselves), answers}. Every reply is stored raw next to its parse result; an
 unparsable reply, an invalid task (a call that was never observed, no query, too many calls...) and a
 near-duplicate (same normalised solution signature and query token-Jaccard >= `evolve.duplicate_jaccard`,
 within this batch or against a task of D_r) are `candidates` rows with their status and reason. Ids are

@@ -4,9 +4,9 @@ Step 4 of the loop. Every tool call of every exploration episode becomes one row
 arguments), what the environment answered, whether it ran, and the environment's state digest before
 and after it. The digests come from replaying the episode in a fresh environment from the task's initial
 state, with as many user turns as the episode had (`stages.explore.exploration_task`; environments are
-deterministic): a reply with one call is replayed as the reply text itself, so
-turn structure and step caps match the episode; a reply with several calls is replayed one call per step
-to get a digest between them. If the replay stops executing calls (a step cap hit by that splitting),
+deterministic): a reply with one call is replayed as the reply text itself, so turn structure and step
+caps match the episode; a reply with several calls is replayed one call per step to get a digest
+between them. If the replay stops executing calls (a step cap hit by that splitting),
 the remaining digests are null. Triples are grouped per exploration context: `group_id`.
 
     coevolve stage triples --run demo --round 9

@@ -179,7 +179,7 @@ CANDIDATES = _schema(
     pa.field("env", pa.string(), nullable=False),
     pa.field("teacher", pa.string(), nullable=False),
     pa.field("status", pa.string(), nullable=False),  # ok | unparsable | invalid | duplicate
-    pa.field("reason", pa.string()),
+    pa.field("reason", pa.string()),  # why not ok; on an ok row, a repair of the reply (`repair_answers`)
     pa.field("duplicate_of", pa.string()),  # candidate or dataset task id
     pa.field("intent", pa.string()),
     pa.field("query", pa.string()),
