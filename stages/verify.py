@@ -72,18 +72,18 @@ IDLE_REPLY = "Sorry, I cannot help with that."
 MAX_READ_ANSWERS = 3
 """Most values of a read-only solution's last result taken as the answers of a task that names none."""
 MAX_ANSWER_CHARS = 200
+_CLAUSE_START = r"(?:^|[.;:!?]\s+|,?\s+(?:and|then)\s+)\s*(?:please\s+|(?:can|could) you\s+)?"
+"""Where a sentence or clause of a query starts, with an optional "please" / "could you"."""
 _INFORMATION_REQUEST = re.compile(
-    r"(?:^|[.;:!?]\s+|,?\s+(?:and|then)\s+)\s*(?:please\s+|(?:can|could) you\s+)?"
-    r"(what|which|how|who|whose|when|where|why|is|are|was|were|does|do|did|can|could|tell|show|list|find"
-    r"|check|look|get|read|give|fetch|display|retrieve|search)\b",
+    _CLAUSE_START + r"(what|which|how|who|whose|when|where|why|is|are|was|were|does|do|did|can|could|tell|show"
+    r"|list|find|check|look|get|read|give|fetch|display|retrieve|search)\b",
     re.IGNORECASE,
 )
 """A sentence or clause of a query that asks for information ("Tell me ...", "... and show me ...")."""
 _ACTION_REQUEST = re.compile(
-    r"(?:^|[.;:!?]\s+|,?\s+(?:and|then)\s+)\s*(?:please\s+|(?:can|could) you\s+)?"
-    r"(add|append|book|buy|cancel|copy|create|delete|deposit|forward|message|move|order|pay|post|purchase"
-    r"|make|put|remove|rename|reply|reschedule|save|schedule|send|set|share|text|transfer|update|upload|withdraw"
-    r"|write)\b",
+    _CLAUSE_START + r"(add|append|book|buy|cancel|copy|create|delete|deposit|forward|make|message|move|order|pay"
+    r"|post|purchase|put|remove|rename|reply|reschedule|save|schedule|send|set|share|text|transfer|update"
+    r"|upload|withdraw|write)\b",
     re.IGNORECASE,
 )
 """A sentence or clause of a query that asks for an action ("Buy ...", "... and send ...")."""
