@@ -117,13 +117,22 @@ def single_call_groups(groups: list[Group]) -> list[Group]:
     """A one-call group for every call of each group with several (`evolve.abstract_single_calls`): the same
     exploration and initial state, a group id derived from the group's and the call's position. A small
     teacher given several calls picks solution indices that do not match its query ("Transfer 24.5 from
-    TRV-8 to EMG-4." over `list_accounts`); given one, the solution is written for it (`abstract_prefix`)."""
+    TRV-8 to EMG-4." over `list_accounts`); given one, the solution is written for it (`abstract_prefix`).
+    A call that is the explored task's whole reference solution is left out: it can only give that task
+    back (a duplicate)."""
     return [
         Group(content_hash([g.group_id, i, "single call"]), g.exploration_id, g.task, [call])
         for g in groups
         if len(g.calls) > 1
         for i, call in enumerate(g.calls)
+        if not _is_reference_solution(call, g.task)
     ]
+
+
+def _is_reference_solution(call: dict, task: Task) -> bool:
+    reference = [c for turn in task.solution or [] for c in turn]
+    return solution_signature([ToolCall(name=call["tool"], arguments=call["arguments"])]) == solution_signature(
+        reference)
 
 
 def abstract_messages(group: Group, tools: list[dict], max_tasks: int) -> list[dict]:

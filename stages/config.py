@@ -71,6 +71,10 @@ class DatasetConfig(Section):
 class RolloutConfig(Section):
     tasks_per_round: int = Field(4, ge=1)
     """Tasks sampled from the current dataset version each round (without replacement)."""
+    newest_share: float = Field(0.0, ge=0.0, le=1.0)
+    """Share of `tasks_per_round` (rounded up) reserved for the tasks the latest data evolution admitted,
+    drawn by weight among them; the rest by weight from the whole dataset. 0 = one weighted draw. With a
+    few draws per round from hundreds of tasks, an admitted task can otherwise go untrained."""
     k: int = Field(8, ge=1)
     """Rollouts per task (the GRPO group size)."""
     temperature: float = Field(0.8, gt=0.0)

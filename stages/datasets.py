@@ -74,9 +74,20 @@ def load_tasks(ctx: RunContext, task_ids: list[str], round_: int) -> list[Task]:
     return [found[i] for i in task_ids]
 
 
-def sample_task_ids(dataset: pa.Table, n: int, rng: random.Random) -> list[str]:
-    """`n` distinct task ids drawn with probability proportional to weight (Efraimidis-Spirakis keys)."""
+def sample_task_ids(dataset: pa.Table, n: int, rng: random.Random, *, newest_share: float = 0.0) -> list[str]:
+    """`n` distinct task ids drawn with probability proportional to weight (Efraimidis-Spirakis keys).
+
+    `newest_share` (`rollout.newest_share`) of the `n` draws, rounded up, are taken first from the tasks the
+    latest data evolution that added any added (the dataset's highest `added_round` above 0), by the same
+    keys; the rest from all other tasks. Without merged tasks, or at 0, the draw is the plain weighted one.
+    """
     ids, weights = dataset.column("task_id").to_pylist(), dataset.column("weight").to_pylist()
-    keyed = [(math.log(rng.random() or 1e-300) / w, i) for i, w in zip(ids, weights, strict=True) if w > 0]
+    added = dataset.column("added_round").to_pylist()
+    keyed = [(math.log(rng.random() or 1e-300) / w, i, a) for i, w, a in zip(ids, weights, added, strict=True)
+             if w > 0]  # fmt: skip
     keyed.sort(reverse=True)
-    return [i for _, i in keyed[:n]]
+    newest = max(added, default=0)
+    reserved = math.ceil(newest_share * n) if newest > 0 else 0
+    first = [i for _, i, a in keyed if a == newest][:reserved]
+    taken = set(first)
+    return first + [i for _, i, _ in keyed if i not in taken][: n - len(first)]

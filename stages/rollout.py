@@ -41,7 +41,8 @@ def _inputs(ctx: RunContext, round_: int) -> dict[str, str]:
 def roll_out(ctx: RunContext, round_: int, key: str) -> StageResult:
     cfg = ctx.config.rollout
     seed = round_seed(ctx.config.run.seed, round_, "rollout")
-    task_ids = sample_task_ids(load_dataset(ctx, round_), cfg.tasks_per_round, random.Random(seed))
+    task_ids = sample_task_ids(load_dataset(ctx, round_), cfg.tasks_per_round, random.Random(seed),
+                               newest_share=cfg.newest_share)
     tasks = load_tasks(ctx, task_ids, round_)
     policy = ctx.use_policy(round_ - 1)
     jobs = [(task, k) for task in tasks for k in range(cfg.k)]

@@ -8,8 +8,12 @@ effect, unsolvable, contamination) and merge (admission and weights).
 from __future__ import annotations
 
 import json
+import random
+from dataclasses import replace
 from types import SimpleNamespace
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import envs
@@ -24,6 +28,7 @@ from stages.abstract import (
     single_call_groups,
     solution_signature,
 )
+from stages.datasets import sample_task_ids
 from stages.explore import Target, exploration_artifacts, explore, select_signals
 from stages.merge import admitted_tasks, merge_dataset
 from stages.triples import build_triples, group_id
@@ -693,6 +698,24 @@ def test_merge_admits_configured_outcomes_once_with_weights(verified):
     ]
 
 
+
+def test_rollout_draws_reserve_a_share_for_the_newest_admitted_tasks():
+    ids = [f"seed-{i}" for i in range(200)] + ["old"] + [f"new-{i}" for i in range(3)]
+    dataset = pa.table({"task_id": ids, "weight": [1.0] * 200 + [40.0] * 4, "added_round": [0] * 200 + [1, 2, 2, 2]})
+    plain = [sample_task_ids(dataset, 4, random.Random(s)) for s in range(50)]
+    shared = [sample_task_ids(dataset, 4, random.Random(s), newest_share=0.5) for s in range(50)]
+    assert any(sum(i.startswith("new") for i in ids) < 2 for ids in plain)
+    assert all(sum(i.startswith("new") for i in ids) >= 2 and len(set(ids)) == 4 for ids in shared)
+    # Without a merged task, and at share 0, the reserved draw is the plain weighted one.
+    seeds_only = dataset.filter(pc.equal(dataset["added_round"], 0))
+    assert sample_task_ids(seeds_only, 4, random.Random(3), newest_share=0.5) == sample_task_ids(
+        seeds_only, 4, random.Random(3))
+    assert sample_task_ids(dataset, 4, random.Random(3), newest_share=0.0) == plain[3]
+    # "Newest" is the latest round that added any: round 1's task once round 2 added none.
+    older = dataset.filter(pc.invert(pc.starts_with(dataset["task_id"], "new")))
+    assert all("old" in sample_task_ids(older, 4, random.Random(s), newest_share=0.25) for s in range(20))
+
+
 def test_groups_collect_distinct_ok_calls_in_order(explored):
     tasks = {t.task.id: t.task for t in explored.targets}
     triples = build_triples(make_env, explored.artifacts["explorations"], explored.artifacts["steps"], tasks)
@@ -704,3 +727,8 @@ def test_groups_collect_distinct_ok_calls_in_order(explored):
     assert [g.calls for g in singles if g.exploration_id == "x2"] == [[c] for c in by_id["x2"].calls]
     assert {g.exploration_id for g in singles} == {"x2"}  # groups of one call are not repeated
     assert len({g.group_id for g in singles} | {g.group_id for g in groups}) == len(singles) + len(groups)
+    # A call that is the explored task's whole solution would only give that task back: not alone.
+    x2 = by_id["x2"]
+    transfer = ToolCall(name="transfer", arguments=x2.calls[1]["arguments"])
+    solved = replace(x2, task=x2.task.model_copy(update={"solution": [[transfer]]}))
+    assert [g.calls for g in single_call_groups([solved])] == [[x2.calls[0]], [x2.calls[2]]]
