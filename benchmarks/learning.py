@@ -27,7 +27,7 @@ checkpoint is built once under `<root>/warm-start/` (about 6 minutes) and reused
 The evolving arms share one teacher of their own (`--teacher-tasks`, default 48; 0 = the config's
 teacher, which in the learning config is the policy): the warm start fine-tuned on the teacher's
 abstraction and reflection replies for fresh training-family tasks (`stages.warm_start.teacher_checkpoint`,
-built once under `<root>/warm-start/teacher-*`, about 16 minutes), run as `teacher.type: local`. The
+built once under `<root>/warm-start/teacher-*`, about 21 minutes alone), run as `teacher.type: local`. The
 paper's teacher is a strong LLM apart from the policy; with the policy as its own teacher, a 135M model
 writes too few well-posed tasks for any to be admitted (benchmarks/RESULTS.md). grpo has no teacher.
 
