@@ -550,6 +550,8 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
     )
     parts += ["", "## Per run: signals, admitted tasks, generated tokens, time", "",
               markdown_table(per_run.sort("run"), percent=("feedback_share",)), "",
+              "`stages_s`: the stages' own seconds, round 0's counted in every arm that forked it; `wall_s`: "
+              "what this invocation spent on the run (a few seconds for a run finished by an earlier one).", "",
               "## Wall seconds per stage (sum over rounds)", "",
               markdown_table(stage_table(seconds)), "",
               "## Synthesized tasks admitted per round", "",
