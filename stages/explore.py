@@ -77,11 +77,13 @@ class Exploration:
 
 
 def select_signals(signals: list[dict], kinds: tuple[str, ...], limit: int) -> list[dict]:
-    """At most `limit` signals, one per task: kinds in `kinds` order, then newest round, then id."""
+    """At most `limit` signals, one per task: kinds in `kinds` order, then newest round, then task id and
+    the trajectory's sample index (`sample`, when the rows carry it), then id. Ids hash the run's name, so
+    ranking by them alone let runs of one seed (the benchmark's arms) explore different trajectories."""
     order = {kind: i for i, kind in enumerate(kinds)}
     ranked = sorted(
         (s for s in signals if s["kind"] in order),
-        key=lambda s: (order[s["kind"]], -s["trajectory_round"], s["signal_id"]),
+        key=lambda s: (order[s["kind"]], -s["trajectory_round"], s["task_id"], s.get("sample", 0), s["signal_id"]),
     )
     chosen, tasks = [], set()
     for signal in ranked:
@@ -302,8 +304,13 @@ def _inputs(ctx: RunContext, round_: int) -> dict[str, str]:
 
 def signal_targets(ctx: RunContext, round_: int) -> list[Target]:
     cfg = ctx.config.evolve
+    signals = ctx.store.read(round_, "signals", "signals").to_pylist()
+    samples = {}
+    for r in sorted({s["trajectory_round"] for s in signals}):
+        rows = ctx.store.read(r, "rollout", "trajectories").select(["trajectory_id", "sample"]).to_pylist()
+        samples.update((row["trajectory_id"], row["sample"]) for row in rows)
     signals = select_signals(
-        ctx.store.read(round_, "signals", "signals").to_pylist(), cfg.kinds, cfg.max_explorations
+        [{**s, "sample": samples.get(s["trajectory_id"], 0)} for s in signals], cfg.kinds, cfg.max_explorations
     )
     tasks = {t.id: t for t in load_tasks(ctx, sorted({s["task_id"] for s in signals}), round_)}
     ledger: dict[int, tuple[list[dict], dict[str, dict]]] = {}
@@ -401,4 +408,4 @@ def compute_explore(ctx: RunContext, round_: int, key: str) -> StageResult:
     )
 
 
-EXPLORE = StageDef("explore", 1, ("evolve", "teacher", "env"), _inputs, compute_explore)
+EXPLORE = StageDef("explore", 2, ("evolve", "teacher", "env"), _inputs, compute_explore)

@@ -126,6 +126,20 @@ def test_select_signals_orders_by_kind_then_newest_and_dedupes_tasks():
     assert [s["signal_id"] for s in select_signals(signals, ("rare", "boundary"), 10)] == ["a", "c", "e"]
 
 
+def test_select_signals_breaks_ties_by_task_and_sample_not_by_run_dependent_ids():
+    """Two runs of one seed hold the same signals under different ids (ids hash the run's name): both must
+    explore the same trajectory."""
+    def signals(ids):
+        return [{"signal_id": i, "kind": "boundary", "task_id": t, "trajectory_round": 0, "sample": k}
+                for i, (t, k) in zip(ids, [("t2", 3), ("t2", 1), ("t1", 5)], strict=True)]
+
+    for ids in (["a", "b", "c"], ["z", "y", "x"]):
+        chosen = select_signals(signals(ids), ("boundary",), 1)
+        assert [(s["task_id"], s["sample"]) for s in chosen] == [("t1", 5)]
+        chosen = select_signals([s for s in signals(ids) if s["task_id"] == "t2"], ("boundary",), 1)
+        assert [(s["task_id"], s["sample"]) for s in chosen] == [("t2", 1)]
+
+
 # --- triples ------------------------------------------------------------------------------------
 
 
