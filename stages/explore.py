@@ -305,29 +305,24 @@ def _inputs(ctx: RunContext, round_: int) -> dict[str, str]:
 def signal_targets(ctx: RunContext, round_: int) -> list[Target]:
     cfg = ctx.config.evolve
     signals = ctx.store.read(round_, "signals", "signals").to_pylist()
-    samples = {}
-    for r in sorted({s["trajectory_round"] for s in signals}):
-        rows = ctx.store.read(r, "rollout", "trajectories").select(["trajectory_id", "sample"]).to_pylist()
-        samples.update((row["trajectory_id"], row["sample"]) for row in rows)
+    by_round = {  # the marked trajectories' rounds: outcome and sample index of each trajectory
+        r: {row["trajectory_id"]: row for row in ctx.store.read(r, "rollout", "trajectories")
+            .select(["trajectory_id", "sample", "reward", "success"]).to_pylist()}
+        for r in {s["trajectory_round"] for s in signals}
+    }  # fmt: skip
     signals = select_signals(
-        [{**s, "sample": samples.get(s["trajectory_id"], 0)} for s in signals], cfg.kinds, cfg.max_explorations
-    )
+        [{**s, "sample": by_round[s["trajectory_round"]].get(s["trajectory_id"], {}).get("sample", 0)}
+         for s in signals], cfg.kinds, cfg.max_explorations,
+    )  # fmt: skip
     tasks = {t.id: t for t in load_tasks(ctx, sorted({s["task_id"] for s in signals}), round_)}
-    ledger: dict[int, tuple[list[dict], dict[str, dict]]] = {}
+    steps_by_round: dict[int, list[dict]] = {}
     targets = []
     for s in signals:
         r = s["trajectory_round"]
-        if r not in ledger:
-            trajectories = ctx.store.read(r, "rollout", "trajectories").select(
-                ["trajectory_id", "reward", "success"]
-            )
-            ledger[r] = (
-                ctx.store.read(r, "rollout", "steps").to_pylist(),
-                {row["trajectory_id"]: row for row in trajectories.to_pylist()},
-            )
-        all_steps, by_id = ledger[r]
-        steps = [row for row in all_steps if row["trajectory_id"] == s["trajectory_id"]]
-        traj = by_id.get(s["trajectory_id"])
+        if r not in steps_by_round:
+            steps_by_round[r] = ctx.store.read(r, "rollout", "steps").to_pylist()
+        steps = [row for row in steps_by_round[r] if row["trajectory_id"] == s["trajectory_id"]]
+        traj = by_round[r].get(s["trajectory_id"])
         outcome = (
             f"reward {traj['reward']:.2f}, {'success' if traj['success'] else 'failure'}" if traj else ""
         )
