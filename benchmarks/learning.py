@@ -590,6 +590,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--root", type=Path, help="storage root (default: COEVOLVE_HOME or runs/)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/learning"))
     args = parser.parse_args(argv)
+    from flows.cli import quiet_libraries
+
+    quiet_libraries()  # as `coevolve bench learning`: without it, Prefect's telemetry heartbeat competed for its database
     if args.root is not None:
         os.environ["COEVOLVE_HOME"] = str(args.root)
     plan = Plan.make(quick=args.quick, config=args.config, rounds=args.rounds, seeds=args.seeds,

@@ -49,7 +49,7 @@ def _root(root: Path | None) -> Path:
     return root or Path(os.environ.get("COEVOLVE_HOME", "runs"))
 
 
-def _quiet_libraries() -> None:
+def quiet_libraries() -> None:
     """Keep the terminal for our progress bars and summary lines (Prefect's own logs stay in its API)."""
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -99,7 +99,7 @@ def run(
     except _user_errors() as exc:
         _fail(str(exc))
     _require_prefect_api("run")
-    _quiet_libraries()
+    quiet_libraries()
     from flows.coevolve import coevolve
 
     try:
@@ -121,7 +121,7 @@ def serve(
     """Serve the `coevolve` flow as deployment coevolve/NAME from this process (needs a Prefect server:
     PREFECT_API_URL). Trigger it with `prefect deployment run coevolve/round -p config=... -p more=1`."""
     _require_prefect_api("serve")
-    _quiet_libraries()
+    quiet_libraries()
     from flows.serve import serve_deployment
 
     serve_deployment(name, limit=limit)
@@ -156,7 +156,7 @@ def stage(
     try:
         check_round(layout, round_)
         cfg = _stage_config(layout, overrides or [], force=force)
-        _quiet_libraries()
+        quiet_libraries()
         from stages.context import RunContext
         from stages.runner import run_stage
 
@@ -427,7 +427,7 @@ def bench_learning(
     except (*_user_errors(), ValueError) as exc:
         _fail(str(exc))
     _require_prefect_api("bench learning")
-    _quiet_libraries()
+    quiet_libraries()
     typer.echo(run_benchmark(plan, out))
 
 
