@@ -157,6 +157,11 @@ class EvolveConfig(Section):
     """Verification outcomes merged into D_{r+1}. The paper keeps accepted and retained tasks."""
     signal_weight: float = Field(1.0, gt=0.0)
     """Sampling weight of merged signal-linked tasks (other tasks weigh 1); > 1 upweights them."""
+    unsolved_weighting: bool = False
+    """Scale a merged task's weight by the share of its verification attempts the policy failed: one it
+    solved every time weighs 0 and is never drawn (a GRPO group of K successes has zero advantage), one it
+    always failed keeps its whole weight. Grades only with `verify_attempts` > 1 (one attempt: solved or
+    not); tasks admitted unverified (`verify: false`) keep their weight."""
 
 
 class InProcessTeacherSampling(Section):

@@ -30,7 +30,7 @@ from stages.abstract import (
 )
 from stages.datasets import sample_task_ids
 from stages.explore import Target, exploration_artifacts, explore, select_signals
-from stages.merge import admitted_tasks, merge_dataset
+from stages.merge import admitted_tasks, merge_dataset, solved_shares
 from stages.triples import build_triples, group_id
 from stages.verify import VerifySettings, candidate_task, query_literals, verify_candidates
 from tests.fakes.teacher import OracleEngine, ScriptedTeacher
@@ -711,6 +711,25 @@ def test_merge_admits_configured_outcomes_once_with_weights(verified):
         {"dataset_version": 4, "task_id": unlinked["task_id"], "weight": 1.0, "added_round": 4},
     ]
 
+
+
+def test_unsolved_weighting_scales_new_tasks_by_failed_attempts_and_never_draws_mastered_ones(verified):
+    tasks = admitted_tasks(verified.out["verifications"], ("accept", "retain"), known=set())
+    mastered, learnable = tasks[0]["task_id"], tasks[1]["task_id"]
+    attempts = [{"task_id": mastered, "success": True}] * 4 + [
+        {"task_id": learnable, "success": s} for s in (True, False, False, False)]  # fmt: skip
+    solved = solved_shares(attempts)
+    assert solved == {mastered: 1.0, learnable: 0.25}
+    previous = [{"task_id": f"seed-{i}", "weight": 1.0, "added_round": 0} for i in range(20)]
+    rows = merge_dataset(previous, tasks, version=1, signal_weight=8.0, solved=solved)
+    weights = {r["task_id"]: r["weight"] for r in rows}
+    assert weights[mastered] == 0.0 and weights[learnable] == 6.0 and weights["seed-0"] == 1.0
+    # Unverified tasks (no attempts) keep their weight.
+    assert merge_dataset([], tasks, version=1, signal_weight=8.0, solved={})[0]["weight"] == 8.0
+    # The reserved draws go to the learnable task; the mastered one is never drawn.
+    dataset = pa.Table.from_pylist([{k: r[k] for k in ("task_id", "weight", "added_round")} for r in rows])
+    draws = [sample_task_ids(dataset, 4, random.Random(s), newest_share=0.5) for s in range(30)]
+    assert all(learnable in ids and mastered not in ids and len(ids) == 4 for ids in draws)
 
 
 def test_rollout_draws_reserve_a_share_for_the_newest_admitted_tasks():
