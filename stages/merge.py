@@ -92,11 +92,15 @@ def compute_merge(ctx: RunContext, round_: int, key: str) -> StageResult:
               if cfg.unsolved_weighting else None)  # fmt: skip
     dataset = merge_dataset(previous, new_tasks, version=round_ + 1, signal_weight=cfg.signal_weight,
                             solved=solved)  # fmt: skip
-    new_weights = [row["weight"] for row in dataset[len(previous):]]
+    never_drawn = sum(row["weight"] == 0 for row in dataset[len(previous) :])
     return StageResult(
         {"tasks": new_tasks, "datasets": dataset},
-        {"dataset_size": len(dataset), "added_tasks": len(new_tasks), "dataset_version": round_ + 1,
-         "added_never_drawn": sum(w == 0 for w in new_weights)},
+        {
+            "dataset_size": len(dataset),
+            "added_tasks": len(new_tasks),
+            "dataset_version": round_ + 1,
+            "added_never_drawn": never_drawn,
+        },
     )
 
 
