@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,17 @@ def test_an_episode_in_an_actor_equals_the_episode_in_process(ray_head):
     pool.shutdown()
 
 
+def _wait_until_dead(actor, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.describe.remote(), timeout=timeout_s)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the killed actor still answers after {timeout_s} s")
+
+
 def test_a_dead_actor_is_an_episode_error_and_leaves_the_pool(ray_head):
     import envs
     from envs.ray_workers import RayEnvPool
@@ -88,6 +100,7 @@ def test_a_dead_actor_is_an_episode_error_and_leaves_the_pool(ray_head):
     for env in (alive, doomed):
         env.reset(task)
     ray.kill(doomed._actor)
+    _wait_until_dead(doomed._actor)  # ray.kill only asks: a call sent right after may still be served
     ok, failed = _step_all([alive, doomed], ["no tool needed", "no tool needed"])
     assert ok.turn_ended and isinstance(failed, ray.exceptions.RayActorError)
     doomed.close()
