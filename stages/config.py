@@ -153,6 +153,12 @@ class EvolveConfig(Section):
     """K: policy attempts per verified candidate (outcome from the best one)."""
     verify_greedy: bool = True
     """Greedy decoding when `verify_attempts` is 1 (otherwise attempts sample at the rollout temperature)."""
+    verify_after_update: bool = False
+    """Run the round's data evolution after its GRPO update, so verification attempts (and
+    `unsolved_weighting` grades) a candidate with the policy that will draw it, not the one before the
+    update. The update usually trains the very boundary task a candidate was explored from: measured on
+    the pre-update policy, candidates judged hard were solved 16 times in 16 by the next round's rollouts
+    (benchmarks/RESULTS.md). Off: evolution runs beside the update, both on the round's rollouts."""
     admit: tuple[Literal["accept", "retain", "discard"], ...] = ("accept", "retain")
     """Verification outcomes merged into D_{r+1}. The paper keeps accepted and retained tasks."""
     signal_weight: float = Field(1.0, gt=0.0)

@@ -2,7 +2,7 @@
 
 Round r: [bootstrap, baseline in round 0] -> rollout -> [signals -> explore -> triples -> abstract
 -> verify -> merge when `evolve.every` > 0 and (r + 1) % every == 0] -> grpo_update -> [evaluate every
-`eval.every` rounds].
+`eval.every` rounds]. With `evolve.verify_after_update` the evolution phases follow grpo_update.
 """
 
 from __future__ import annotations
@@ -48,9 +48,11 @@ def round_plan(config: CoevolveConfig, round_: int) -> list[StageDef]:
         if config.eval.baseline and config.eval.every:
             plan.append(BASELINE)
     plan.append(ROLLOUT)
-    if evolves(config, round_):
-        plan += EVOLUTION
-    plan.append(GRPO_UPDATE)
+    evolution = list(EVOLUTION) if evolves(config, round_) else []
+    if config.evolve.verify_after_update:
+        plan += [GRPO_UPDATE, *evolution]
+    else:
+        plan += [*evolution, GRPO_UPDATE]
     if config.eval.every and (round_ + 1) % config.eval.every == 0:
         plan.append(EVALUATE)
     return plan

@@ -32,8 +32,9 @@ failure deciding a `discard` with its reason:
    touches ("a 30-gallon tank"), 78 of 181 fall short of 100 % and 10 of 181 of the default 50 %.
 6. the reference solution, replayed as an oracle agent, satisfies the checker.
 
-Then the current policy (after round r-1) attempts the survivors (`evolve.verify_attempts`, greedy when
-1): success -> `accept`, a failure with positive reward -> `retain`, else `discard` (the paper's rule).
+Then the current policy (after round r-1; after round r with `evolve.verify_after_update`) attempts
+the survivors (`evolve.verify_attempts`, greedy when 1): success -> `accept`, a failure with positive
+reward -> `retain`, else `discard` (the paper's rule).
 "Positive" is measured against an idle answer (`idle_reward`: every turn answered without a tool call):
 a reward is positive when it beats that floor. Where doing nothing scores 0 (BFCL, AppWorld) this is
 the paper's rule as written; in the tool world, whose shaped reward gives any attempt credit (0.05 for a
@@ -525,17 +526,22 @@ def exploration_lineage(explorations: list[dict]) -> dict[str, dict]:
     }
 
 
+def verifying_policy_round(ctx: RunContext, round_: int) -> int:
+    """The round whose updated policy attempts round `round_`'s candidates (-1 = the base model)."""
+    return round_ if ctx.config.evolve.verify_after_update else round_ - 1
+
+
 def _inputs(ctx: RunContext, round_: int) -> dict[str, str]:
     return {
         "candidates": ctx.store.completed(round_, "abstract").content_hash(),
-        "policy": ctx.policy_after(round_ - 1)[0],
+        "policy": ctx.policy_after(verifying_policy_round(ctx, round_))[0],
     }
 
 
 def compute_verify(ctx: RunContext, round_: int, key: str) -> StageResult:
     candidates = ctx.store.read(round_, "abstract", "candidates").to_pylist()
     lineage = exploration_lineage(ctx.store.read(round_, "explore", "explorations").to_pylist())
-    policy = ctx.use_policy(round_ - 1)
+    policy = ctx.use_policy(verifying_policy_round(ctx, round_))
     artifacts = verify_candidates(
         policy,
         ctx.make_env,

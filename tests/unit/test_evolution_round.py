@@ -174,6 +174,28 @@ def test_round_plan_runs_evolution_every_f_rounds():
     assert "signals" not in [s.name for s in round_plan(config("evolve.every=0"), 0)]
 
 
+def test_verify_after_update_attempts_candidates_with_the_updated_policy(tmp_path, tokenizer, monkeypatch):
+    names = [s.name for s in round_plan(config("evolve.verify_after_update=true"), 0)]
+    assert names[names.index("rollout") + 1 :] == ["grpo_update", *(s.name for s in EVOLUTION), "evaluate"]
+
+    for after_update, expected in [(False, "base"), (True, "r0-updated")]:
+        cfg = config(f"evolve.verify_after_update={str(after_update).lower()}")
+        ctx = fake_context(cfg, tmp_path / str(after_update), tokenizer, monkeypatch)
+        base = ctx.use_policy(-1)
+        updated = SimpleNamespace(**{**vars(base), "version": "r0-updated"})
+        ctx.use_policy = lambda round_, base=base, updated=updated: {-1: base, 0: updated}[round_]
+        for stage in (BOOTSTRAP, ROLLOUT):
+            run_stage(stage, ctx, 0)
+        outputs = {"policy_version": "r0-updated", "checkpoint": str(tmp_path)}  # as if grpo_update ran
+        Manifest("grpo_update", ctx.run, 0, "k", 1, outputs=outputs).write(
+            ctx.store.layout.manifest_path(0, "grpo_update")
+        )
+        for stage in EVOLUTION:
+            run_stage(stage, ctx, 0)
+        attempts = ctx.store.read(0, "verify", "trajectories").column("policy_version").to_pylist()
+        assert attempts and set(attempts) == {base.version if expected == "base" else expected}
+
+
 def test_an_evolving_round_grows_the_dataset_with_lineage(tmp_path, tokenizer, monkeypatch):
     ctx = fake_context(config(), tmp_path, tokenizer, monkeypatch)
     for stage in (BOOTSTRAP, ROLLOUT, *EVOLUTION):
