@@ -9,6 +9,7 @@ manifests, policy versions) and the pure-ish function that computes its artifact
 
 from __future__ import annotations
 
+import errno
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ import pyarrow as pa
 
 from stages.context import RunContext
 from storage.manifest import Manifest, cache_key
-from storage.parquet import file_sha256
+from storage.parquet import ArtifactError, file_sha256
 
 
 @dataclass(frozen=True)
@@ -67,9 +68,34 @@ def run_stage(stage: StageDef, ctx: RunContext, round_: int, *, force: bool = Fa
         return StageRecord(cached, cached=True)
     ctx.store.invalidate(round_, stage.name)
     manifest = Manifest(stage.name, ctx.run, round_, key, stage.version, started_at=time.time())
-    result = stage.compute(ctx, round_, key)
-    for name, rows in result.artifacts.items():
-        manifest.artifacts[name] = ctx.store.write(round_, stage.name, name, rows)
-    manifest.outputs = result.outputs
-    ctx.store.write_manifest(manifest.finish())
+    try:
+        result = stage.compute(ctx, round_, key)
+        for name, rows in result.artifacts.items():
+            manifest.artifacts[name] = ctx.store.write(round_, stage.name, name, rows)
+        manifest.outputs = result.outputs
+        ctx.store.write_manifest(manifest.finish())
+    except Exception as exc:
+        if not _disk_full(exc):
+            raise
+        raise DiskFullError(
+            f"stage '{stage.name}' of round {round_} in run '{ctx.run}' stopped: no space left on the device "
+            f"holding {ctx.store.layout.root} ({exc}). Free space (each kept checkpoint is a whole model: "
+            f"lower train.keep_checkpoints) and run the same command again: completed stages are kept."
+        ) from exc
     return StageRecord(manifest, cached=False)
+
+
+class DiskFullError(ArtifactError):
+    """A stage could not write its outputs (artifacts, checkpoint) because the disk is full."""
+
+
+def _disk_full(exc: BaseException | None) -> bool:
+    """Whether `exc` or an exception it came from is ENOSPC; libraries that write in native code
+    (safetensors) raise their own types whose message carries the OS error."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+            return True
+        if "No space left on device" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
