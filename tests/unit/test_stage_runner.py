@@ -32,12 +32,16 @@ def ctx(tmp_path):
     "failure",
     [
         OSError(errno.ENOSPC, "No space left on device"),
-        RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)"),  # safetensors
+        RuntimeError(
+            "Error while serializing: I/O error: No space left on device (os error 28)"
+        ),  # safetensors
     ],
 )
 def test_a_full_disk_stops_the_stage_with_an_error_saying_what_to_do(ctx, failure):
     assert not run_stage(_stage("rollout"), ctx, 2).cached
-    with pytest.raises(DiskFullError, match=r"stage 'grpo_update' of round 2 in run 'demo'.*keep_checkpoints"):
+    with pytest.raises(
+        DiskFullError, match=r"stage 'grpo_update' of round 2 in run 'demo'.*keep_checkpoints"
+    ):
         run_stage(_stage("grpo_update", failure), ctx, 2)
     assert ctx.store.manifest(2, "grpo_update") is None
     assert ctx.store.manifest(2, "rollout").outputs == {"done": True}
