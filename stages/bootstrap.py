@@ -61,7 +61,7 @@ def explore_tasks(ctx: RunContext, known: list[Task]) -> tuple[list[dict], dict[
     worlds = ctx.env_tasks(cfg.bootstrap_split)
     rng = random.Random(round_seed(ctx.config.run.seed, 0, "bootstrap"))
     worlds = rng.sample(worlds, len(worlds))
-    teacher, policy = teachers.make_teacher(ctx, 0), ctx.use_policy(-1)
+    teacher, policy = teachers.make_teacher(ctx, 0, policy_round=-1), ctx.use_policy(-1)
     held_out, per_iteration = held_out_tasks(ctx), max(evolve.max_explorations, 1)
     artifacts: dict[str, list[dict]] = defaultdict(list)
     admitted: list[dict] = []

@@ -76,6 +76,12 @@ class RunContext:
         manifest = self.store.completed(round_, "grpo_update")
         return manifest.outputs["policy_version"], Path(manifest.outputs["checkpoint"])
 
+    def evolution_policy_round(self, round_: int) -> int:
+        """The round whose updated policy round `round_`'s evolution phases use (verification's attempts,
+        a policy teacher): round_ - 1, or round_ itself with `evolve.verify_after_update`, which runs
+        them after the round's update."""
+        return round_ if self.config.evolve.verify_after_update else round_ - 1
+
     def use_policy(self, round_: int) -> Policy:
         """The policy after round `round_` (-1 = base), loaded into memory if needed."""
         version, checkpoint = self.policy_after(round_)

@@ -126,24 +126,30 @@ class OpenAITeacher:
         return self.engine.chat(conversations, sampling)
 
 
-def teacher_version(ctx: RunContext, round_: int) -> str:
+def teacher_version(ctx: RunContext, round_: int, *, policy_round: int | None = None) -> str:
     """Names the teacher's weights for cache keys: the policy version, or the served model."""
     cfg = ctx.config.teacher
     if cfg.type == "policy":
-        return ctx.policy_after(round_ - 1)[0]
+        return ctx.policy_after(_policy_round(ctx, round_, policy_round))[0]
     if cfg.type == "local":
         return f"local:{cfg.model}:{cfg.dtype}"
     return f"openai:{cfg.model}@{cfg.base_url}"
 
 
-def make_teacher(ctx: RunContext, round_: int) -> Teacher:
-    """The teacher of round `round_` (a policy teacher is the policy after round r-1)."""
+def _policy_round(ctx: RunContext, round_: int, policy_round: int | None) -> int:
+    return ctx.evolution_policy_round(round_) if policy_round is None else policy_round
+
+
+def make_teacher(ctx: RunContext, round_: int, *, policy_round: int | None = None) -> Teacher:
+    """The teacher of round `round_`'s evolution. A policy teacher is the policy the round's evolution
+    uses (`RunContext.evolution_policy_round`) unless `policy_round` names another (-1: the base model,
+    for the bootstrap of D_0)."""
     cfg = ctx.config.teacher
     settings = TeacherSettings(
         cfg.temperature, cfg.max_new_tokens, cfg.step_max_new_tokens, cfg.max_context_tokens
     )
     if cfg.type == "policy":
-        policy = ctx.use_policy(round_ - 1)
+        policy = ctx.use_policy(_policy_round(ctx, round_, policy_round))
         return EngineTeacher(policy.version, policy.engine, policy.chat, settings)
     if cfg.type == "local":
         engine, chat = _local_model(cfg.model, cfg.dtype, cfg.device)
@@ -152,7 +158,7 @@ def make_teacher(ctx: RunContext, round_: int) -> Teacher:
     from llm.openai_engine import OpenAIEngine
 
     if cfg.tokenizer is None:
-        tokenizer = ctx.use_policy(round_ - 1).tokenizer
+        tokenizer = ctx.use_policy(_policy_round(ctx, round_, policy_round)).tokenizer
     else:
         from transformers import AutoTokenizer
 

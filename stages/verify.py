@@ -526,22 +526,17 @@ def exploration_lineage(explorations: list[dict]) -> dict[str, dict]:
     }
 
 
-def verifying_policy_round(ctx: RunContext, round_: int) -> int:
-    """The round whose updated policy attempts round `round_`'s candidates (-1 = the base model)."""
-    return round_ if ctx.config.evolve.verify_after_update else round_ - 1
-
-
 def _inputs(ctx: RunContext, round_: int) -> dict[str, str]:
     return {
         "candidates": ctx.store.completed(round_, "abstract").content_hash(),
-        "policy": ctx.policy_after(verifying_policy_round(ctx, round_))[0],
+        "policy": ctx.policy_after(ctx.evolution_policy_round(round_))[0],
     }
 
 
 def compute_verify(ctx: RunContext, round_: int, key: str) -> StageResult:
     candidates = ctx.store.read(round_, "abstract", "candidates").to_pylist()
     lineage = exploration_lineage(ctx.store.read(round_, "explore", "explorations").to_pylist())
-    policy = ctx.use_policy(verifying_policy_round(ctx, round_))
+    policy = ctx.use_policy(ctx.evolution_policy_round(round_))
     artifacts = verify_candidates(
         policy,
         ctx.make_env,

@@ -61,8 +61,9 @@ def run_evolved(root: Path, run: str = "evo", rounds: int = 2) -> dict:
     from flows.coevolve import coevolve
     from tests.fakes.teacher import ScriptedTeacher
 
-    def scripted(ctx, round_):
-        return ScriptedTeacher(ctx.use_policy(round_ - 1).tokenizer, ctx.env_tasks("train"))
+    def scripted(ctx, round_, *, policy_round=None):
+        policy = ctx.use_policy(ctx.evolution_policy_round(round_) if policy_round is None else policy_round)
+        return ScriptedTeacher(policy.tokenizer, ctx.env_tasks("train"))
 
     with pytest.MonkeyPatch.context() as mp:
         use_oracle_engine(mp)

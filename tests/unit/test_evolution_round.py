@@ -67,7 +67,7 @@ def fake_context(cfg, tmp_path, tokenizer, monkeypatch, *, solve="alternate"):
         tokenizer=tokenizer,
     )
     ctx.use_policy = lambda round_: policy  # type: ignore[method-assign]
-    monkeypatch.setattr(stages.teacher, "make_teacher", lambda ctx, round_: ScriptedTeacher(tokenizer, train))
+    monkeypatch.setattr(stages.teacher, "make_teacher", lambda ctx, round_, **_: ScriptedTeacher(tokenizer, train))
     return ctx
 
 
@@ -193,7 +193,10 @@ def test_verify_after_update_attempts_candidates_with_the_updated_policy(tmp_pat
         for stage in EVOLUTION:
             run_stage(stage, ctx, 0)
         attempts = ctx.store.read(0, "verify", "trajectories").column("policy_version").to_pylist()
-        assert attempts and set(attempts) == {base.version if expected == "base" else expected}
+        expected = base.version if expected == "base" else expected
+        assert attempts and set(attempts) == {expected}
+        assert cfg.teacher.type == "policy" and stages.teacher.teacher_version(ctx, 0) == expected
+        assert stages.teacher.teacher_version(ctx, 0, policy_round=-1) == base.version  # D_0's bootstrap
 
 
 def test_an_evolving_round_grows_the_dataset_with_lineage(tmp_path, tokenizer, monkeypatch):
