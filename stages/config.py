@@ -158,7 +158,8 @@ class EvolveConfig(Section):
     `unsolved_weighting` grades) a candidate with the policy that will draw it, not the one before the
     update. The update usually trains the very boundary task a candidate was explored from: measured on
     the pre-update policy, candidates judged hard were solved 16 times in 16 by the next round's rollouts
-    (benchmarks/RESULTS.md). Off: evolution runs beside the update, both on the round's rollouts."""
+    (benchmarks/RESULTS.md). A policy teacher (`teacher.type: policy`) is then the updated policy too.
+    Off: evolution runs beside the update, both on the round's rollouts."""
     admit: tuple[Literal["accept", "retain", "discard"], ...] = ("accept", "retain")
     """Verification outcomes merged into D_{r+1}. The paper keeps accepted and retained tasks."""
     signal_weight: float = Field(1.0, gt=0.0)
