@@ -126,11 +126,11 @@ class OpenAITeacher:
         return self.engine.chat(conversations, sampling)
 
 
-def teacher_version(ctx: RunContext, round_: int, *, policy_round: int | None = None) -> str:
+def teacher_version(ctx: RunContext, round_: int) -> str:
     """Names the teacher's weights for cache keys: the policy version, or the served model."""
     cfg = ctx.config.teacher
     if cfg.type == "policy":
-        return ctx.policy_after(_policy_round(ctx, round_, policy_round))[0]
+        return ctx.policy_after(ctx.evolution_policy_round(round_))[0]
     if cfg.type == "local":
         return f"local:{cfg.model}:{cfg.dtype}"
     return f"openai:{cfg.model}@{cfg.base_url}"
