@@ -479,11 +479,13 @@ def plot(curve: pl.DataFrame, path: Path) -> None:
     splits = sorted(curve["split"].unique())
     fig, axes = plt.subplots(1, len(splits), figsize=(5.5 * len(splits), 4), squeeze=False)
     mean = curve.group_by("arm", "split", "updates").agg(pl.col("success").mean()).sort("updates")
+    seeds = dict(curve.group_by("arm").agg(pl.col("seed").unique().sort()).iter_rows())
     for ax, split in zip(axes[0], splits, strict=True):
         for arm in [a for a in ARMS if a in set(mean["arm"])]:
             rows = mean.filter((pl.col("arm") == arm) & (pl.col("split") == split))
             style = "-" if arm in ("grpo", "coevolve") else ":"
-            ax.plot(rows["updates"], 100 * rows["success"], style, marker="o", label=arm)
+            label = f"{arm} (seed {seeds[arm][0]})" if len(seeds[arm]) == 1 else f"{arm} (mean of {len(seeds[arm])} seeds)"
+            ax.plot(rows["updates"], 100 * rows["success"], style, marker="o", label=label)
         ax.set(title=f"held-out success: {split}", xlabel="GRPO updates", ylabel="success (%)")
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
