@@ -2,9 +2,8 @@
 
     coevolve bench learning [--quick]        # = python -m benchmarks.learning
 
-`--quick` (about 16 minutes on 2 cores once the warm start and the teacher are built: an estimate from
-the full suite's per-stage seconds, benchmarks/RESULTS.md): grpo and coevolve only, one seed, 2 rounds,
-8 tasks per eval split. The full suite: every arm, 3 seeds
+`--quick` (14 min 51 s on 2 cores once the warm start and the teacher are built, benchmarks/RESULTS.md):
+grpo and coevolve only, one seed, 2 rounds, 8 tasks per eval split. The full suite: every arm, 3 seeds
 of grpo and coevolve, the config's `run.rounds` (3).
 
 Every arm is an ordinary run of the `coevolve` flow on the same config (`configs/learning-smollm2.yaml`
