@@ -340,7 +340,8 @@ def _scalar_table(root: Path, names: Sequence[str], sql: str, fallback: dict[str
 
 def evolution_counts(root: Path, names: Sequence[str]) -> pl.DataFrame:
     """Per run: signals fired per kind, synthesized tasks accepted/retained, rollout episodes on them
-    (`synth_rollouts`: what the policy actually trained on), generated tokens."""
+    (`synth_rollouts`: what the policy actually trained on), `revisited` tasks (drawn for rollouts in two
+    or more rounds: the only tasks the forgetting signal can fire on), generated tokens."""
     signals = _scalar_table(root, names, """
         SELECT run, kind, count(*) AS n FROM signals WHERE run IN (RUNS) GROUP BY ALL""",
         {"run": pl.String, "kind": pl.String, "n": pl.Int64})  # fmt: skip
@@ -355,6 +356,11 @@ def evolution_counts(root: Path, names: Sequence[str]) -> pl.DataFrame:
         AND task_id IN (SELECT task_id FROM verifications v WHERE v.run = t.run
                         AND outcome IN ('accept', 'retain')) GROUP BY ALL""",
         {"run": pl.String, "synth_rollouts": pl.Int64})  # fmt: skip
+    revisited = _scalar_table(root, names, """
+        SELECT run, count(*) AS revisited FROM (
+            SELECT run, task_id FROM trajectories WHERE run IN (RUNS) AND source = 'rollout'
+            GROUP BY ALL HAVING count(DISTINCT round) > 1) GROUP BY ALL""",
+        {"run": pl.String, "revisited": pl.Int64})  # fmt: skip
     base = pl.DataFrame({"run": list(names)})
     kinds = signals.pivot(on="kind", index="run", values="n") if signals.height else base
     admitted = (
@@ -365,7 +371,7 @@ def evolution_counts(root: Path, names: Sequence[str]) -> pl.DataFrame:
     token_cols = tokens.pivot(on="source", index="run", values="tokens") if tokens.height else base
     token_cols = token_cols.rename({c: f"{c}_tokens" for c in token_cols.columns if c != "run"})
     out = base.join(kinds, on="run", how="left").join(admitted, on="run", how="left")
-    out = out.join(drawn, on="run", how="left")
+    out = out.join(drawn, on="run", how="left").join(revisited, on="run", how="left")
     return out.join(token_cols, on="run", how="left").fill_null(0)
 
 
@@ -552,8 +558,10 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
     )
     parts += ["", "## Per run: signals, admitted tasks, generated tokens, time", "",
               markdown_table(per_run.sort("run"), percent=("feedback_share",)), "",
-              "`stages_s`: the stages' own seconds, round 0's counted in every arm that forked it; `wall_s`: "
-              "what this invocation spent on the run (a few seconds for a run finished by an earlier one).", "",
+              "`revisited`: tasks drawn for rollouts in two or more rounds, the only ones the forgetting signal "
+              "can fire on. `stages_s`: the stages' own seconds, round 0's counted in every arm that forked it; "
+              "`wall_s`: what this invocation spent on the run (a few seconds for a run finished by an earlier "
+              "one).", "",
               "## Wall seconds per stage (sum over rounds)", "",
               markdown_table(stage_table(seconds)), "",
               "## Synthesized tasks admitted per round", "",

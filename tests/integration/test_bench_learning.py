@@ -72,6 +72,27 @@ def test_teacher_output_counts_candidates_by_status_and_folds_reasons(tmp_path):
     assert teacher_output(tmp_path / "empty", ["learning-grpo-s0"]).height == 0  # no candidates anywhere
 
 
+def test_revisited_counts_tasks_rolled_out_in_two_rounds_and_ignores_other_sources(tmp_path):
+    from benchmarks.learning import evolution_counts
+    from storage.layout import RunLayout
+    from storage.store import RunStore
+
+    def episode(task: str, source: str) -> dict:
+        return {"trajectory_id": f"{task}-{source}", "source": source, "task_id": task, "group_id": task,
+                "sample": 0, "policy_version": "p", "reward": 1.0, "success": True, "finish": "done",
+                "error": None, "num_turns": 1, "num_steps": 1, "num_tool_calls": 1, "num_tool_errors": 0,
+                "prompt_tokens": 10, "completion_tokens": 5, "messages": "[]", "eval_details": "{}"}  # fmt: skip
+
+    store = RunStore(RunLayout(tmp_path, "learning-coevolve-s0"))
+    store.write(0, "rollout", "trajectories", [episode("a", "rollout"), episode("b", "rollout")])
+    store.write(1, "rollout", "trajectories", [episode("a", "rollout"), episode("c", "rollout")])
+    store.write(1, "evaluate", "trajectories", [episode("b", "eval")])  # an eval of b is no second draw
+    counts = evolution_counts(tmp_path, ["learning-coevolve-s0", "learning-grpo-s0"])
+    assert dict(zip(counts["run"], counts["revisited"], strict=True)) == {
+        "learning-coevolve-s0": 1, "learning-grpo-s0": 0}
+    assert dict(zip(counts["run"], counts["rollout_tokens"], strict=True))["learning-coevolve-s0"] == 20
+
+
 def test_exploration_breadth_counts_calls_beyond_the_explored_tasks_solution(tmp_path):
     from benchmarks.learning import exploration_breadth
     from storage.layout import RunLayout
