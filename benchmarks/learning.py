@@ -48,8 +48,13 @@ Runs are named `learning-<arm>-s<seed>` under the storage root, so everything is
 (`coevolve sql "SELECT run, round, split, avg(success::INT) FROM evals GROUP BY ALL"`). Re-running the
 command recomputes nothing that is complete: an interrupted benchmark continues where it stopped.
 
-Outputs (in `--out`, default `benchmarks/learning/`): `curves.parquet` (arm, seed, updates, split,
-success, tasks), `report.md` (final and best held-out success per arm, coevolve - grpo with a bootstrap
+Seeds add up across machines: `outcomes.parquet` in `--out` records every run's per-task held-out
+outcomes with a fingerprint of the plan (config text, rounds, overrides, warm-start and teacher keys), so
+`--seeds 9 --first-seed 5` on a fresh machine runs seeds 5-8 and reports, and bootstraps, over seeds 0-8:
+seeds 0-4 from the committed record, their per-run tables (signals, time) left out.
+
+Outputs (in `--out`, default `benchmarks/learning/`): `outcomes.parquet` (run, arm, seed, updates, split,
+task_id, success, plan), `curves.parquet` (arm, seed, updates, split, success, tasks), `report.md` (final and best held-out success per arm, coevolve - grpo with a bootstrap
 95 % interval over seeds and tasks, signals per kind, tasks accepted per round, generated tokens, wall
 time per stage and the feedback phases' share) and `curves.png`.
 """
@@ -97,6 +102,9 @@ class Plan:
     rounds: int
     seeds: int  # seeds of grpo and coevolve; the ablations run seed 0 only
     arms: tuple[str, ...]
+    first_seed: int = 0
+    """Run only seeds >= this; the report still covers seeds 0.., from storage or from the outcomes an
+    earlier invocation of the same plan recorded in `outcomes.parquet` (a fresh machine adds seeds)."""
     overrides: tuple[str, ...] = ()
     warm_start: WarmStart | None = WarmStart()
     """Every arm starts from the config's policy fine-tuned on reference solutions (`rl.warm_start`)."""
@@ -115,18 +123,23 @@ class Plan:
     def make(cls, *, quick: bool, config: Path = DEFAULT_CONFIG, rounds: int | None = None,
              seeds: int | None = None, arms: Sequence[str] | None = None,
              overrides: Sequence[str] = (), warm_start_tasks: int = WarmStart.tasks,
-             teacher_tasks: int = WarmStart.tasks, jobs: int = 1, share: bool = True) -> Plan:  # fmt: skip
+             teacher_tasks: int = WarmStart.tasks, jobs: int = 1, share: bool = True,
+             first_seed: int = 0) -> Plan:  # fmt: skip
         """The full suite, or `quick`: grpo and coevolve, one seed, 2 rounds, 8 tasks per eval split."""
         unknown = sorted(set(arms or ()) - set(ARMS))
         if unknown:
             raise ValueError(f"unknown arms {unknown}; known: {', '.join(ARMS)}")
         if jobs < 1:
             raise ValueError(f"jobs must be >= 1, got {jobs}")
+        seeds = seeds if seeds is not None else (1 if quick else 3)
+        if not 0 <= first_seed < seeds:
+            raise ValueError(f"first_seed must be in [0, seeds = {seeds}), got {first_seed}")
         return cls(
             config=config,
             rounds=rounds if rounds is not None else (2 if quick else _config_rounds(config)),
-            seeds=seeds if seeds is not None else (1 if quick else 3),
+            seeds=seeds,
             arms=tuple(arms) if arms else (QUICK_ARMS if quick else tuple(ARMS)),
+            first_seed=first_seed,
             overrides=(*QUICK_OVERRIDES, *overrides) if quick else tuple(overrides),
             warm_start=WarmStart(tasks=warm_start_tasks) if warm_start_tasks else None,
             teacher=replace(TEACHER_BUILD, tasks=teacher_tasks) if teacher_tasks else None,
@@ -134,7 +147,7 @@ class Plan:
             share=share,
         )
 
-    def runs(self) -> list[tuple[str, int]]:
+    def reported_runs(self) -> list[tuple[str, int]]:
         """(arm, seed) pairs, seed by seed so that an early stop still has every arm of seed 0, grpo first
         so that the other arms of the seed can fork it."""
         return [
@@ -143,6 +156,10 @@ class Plan:
             for arm in sorted(self.arms, key=list(ARMS).index)
             if seed == 0 or arm in ("grpo", "coevolve")
         ]
+
+    def runs(self) -> list[tuple[str, int]]:
+        """The (arm, seed) pairs this invocation runs: those of seeds >= `first_seed`."""
+        return [(arm, seed) for arm, seed in self.reported_runs() if seed >= self.first_seed]
 
 
 def _config_rounds(config: Path) -> int:
@@ -260,17 +277,78 @@ def _sql(root: Path, sql: str) -> pl.DataFrame:
     return pl.from_arrow(query(root, sql))
 
 
+def _scalar_table(root: Path, names: Sequence[str], sql: str, fallback: dict[str, type]) -> pl.DataFrame:
+    import duckdb
+
+    if not names:
+        return pl.DataFrame(schema=fallback)
+    try:
+        return _sql(root, sql.replace("RUNS", ", ".join(f"'{n}'" for n in names)))
+    except duckdb.CatalogException:  # the view does not exist: no run of the benchmark produced it
+        return pl.DataFrame(schema=fallback)
+
+
 def per_task_evals(root: Path, names: Sequence[str]) -> pl.DataFrame:
     """One row per (run, updates, split, task): `updates` = 0 for the baseline, r + 1 after round r."""
-    runs = ", ".join(f"'{n}'" for n in names)
-    frame = _sql(root, f"""
+    frame = _scalar_table(root, names, """
         SELECT run, CASE WHEN stage = 'baseline' THEN 0 ELSE round + 1 END AS updates, split, task_id,
                success::INT AS success
-        FROM evals WHERE run IN ({runs})""")  # fmt: skip
+        FROM evals WHERE run IN (RUNS)""",
+        {"run": pl.String, "updates": pl.Int64, "split": pl.String, "task_id": pl.String,
+         "success": pl.Int32})  # fmt: skip
     return frame.with_columns(
         arm=pl.col("run").str.extract(r"^learning-(.+)-s\d+$", 1),
         seed=pl.col("run").str.extract(r"-s(\d+)$", 1).cast(pl.Int64),
     )
+
+
+OUTCOMES = "outcomes.parquet"
+OUTCOME_SCHEMA = {"run": pl.String, "arm": pl.String, "seed": pl.Int64, "updates": pl.Int64, "split": pl.String,
+                  "task_id": pl.String, "success": pl.Int64, "plan": pl.String}  # fmt: skip
+"""`<out>/outcomes.parquet`: one row per (run, updates, split, task), `plan` the `plan_fingerprint` of the
+invocation that measured it. Committed with the report, it lets a later invocation on a fresh machine add
+seeds (`first_seed`) and still report, and bootstrap, over every seed."""
+
+
+def plan_fingerprint(plan: Plan, root: Path) -> str:
+    """What makes two invocations' outcomes one experiment: the config file's text, the rounds, the
+    overrides (the storage root left out of the warm start's path: its directory name is a content key,
+    the same on every machine) and the settings the teacher was built with."""
+    import hashlib
+    from dataclasses import asdict
+
+    parts = {"config": plan.config.read_text(), "rounds": plan.rounds,
+             "overrides": [o.replace(str(root), "<root>") for o in plan.overrides],
+             "teacher": asdict(plan.teacher) if plan.teacher and plan.teacher_model else None}  # fmt: skip
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def recorded_outcomes(path: Path) -> pl.DataFrame:
+    """The outcomes an earlier invocation wrote to `path` (none when there is no file); a file that is not
+    such a table raises naming it."""
+    if not path.exists():
+        return pl.DataFrame(schema=OUTCOME_SCHEMA)
+    try:
+        frame = pl.read_parquet(path)
+    except Exception as exc:  # polars raises several kinds for a corrupt or foreign file
+        raise ValueError(f"{path}: not a readable Parquet file ({exc})") from exc
+    missing = sorted(set(OUTCOME_SCHEMA) - set(frame.columns))
+    if missing:
+        raise ValueError(f"{path}: not an outcomes table, missing columns {missing}")
+    return frame.select(list(OUTCOME_SCHEMA)).cast(OUTCOME_SCHEMA)
+
+
+def merge_outcomes(stored: pl.DataFrame, recorded: pl.DataFrame, names: Sequence[str],
+                   fingerprint: str) -> tuple[pl.DataFrame, pl.DataFrame]:  # fmt: skip
+    """The outcomes to report on (the stored evals of `names`, and the recorded ones of this plan for
+    those of `names` with none stored) and the table to record (the reported ones and every other
+    recorded row: nothing recorded is lost, a stored run replaces its recorded rows)."""
+    stored = stored.with_columns(plan=pl.lit(fingerprint)).select(list(OUTCOME_SCHEMA)).cast(OUTCOME_SCHEMA)
+    have = set(stored["run"])
+    mine = (pl.col("plan") == fingerprint) & pl.col("run").is_in(list(names))
+    from_record = recorded.filter(mine & ~pl.col("run").is_in(list(have)))
+    kept = recorded.filter(~(mine & pl.col("run").is_in(list(have))))
+    return pl.concat([stored, from_record]), pl.concat([stored, kept]).sort("run", "updates", "split", "task_id")
 
 
 def curves(evals: pl.DataFrame) -> pl.DataFrame:
@@ -329,15 +407,6 @@ def stage_seconds(root: Path, names: Sequence[str]) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema).group_by("run", "stage").agg(pl.col("seconds", "forked").sum())
 
 
-def _scalar_table(root: Path, names: Sequence[str], sql: str, fallback: dict[str, type]) -> pl.DataFrame:
-    import duckdb
-
-    try:
-        return _sql(root, sql.replace("RUNS", ", ".join(f"'{n}'" for n in names)))
-    except duckdb.CatalogException:  # the view does not exist: no run of the benchmark produced it
-        return pl.DataFrame(schema=fallback)
-
-
 def evolution_counts(root: Path, names: Sequence[str]) -> pl.DataFrame:
     """Per run: signals fired per kind, synthesized tasks accepted/retained, rollout episodes on them
     (`synth_rollouts`: what the policy actually trained on), `revisited` tasks (drawn for rollouts in two
@@ -361,7 +430,7 @@ def evolution_counts(root: Path, names: Sequence[str]) -> pl.DataFrame:
             SELECT run, task_id FROM trajectories WHERE run IN (RUNS) AND source = 'rollout'
             GROUP BY ALL HAVING count(DISTINCT round) > 1) GROUP BY ALL""",
         {"run": pl.String, "revisited": pl.Int64})  # fmt: skip
-    base = pl.DataFrame({"run": list(names)})
+    base = pl.DataFrame({"run": list(names)}, schema={"run": pl.String})
     kinds = signals.pivot(on="kind", index="run", values="n") if signals.height else base
     admitted = (
         verdicts.filter(pl.col("outcome").is_in(["accept", "retain"]))
@@ -520,17 +589,34 @@ def _warm_start_line(plan: Plan) -> str:
             f"(stages/warm_start.py).")  # fmt: skip
 
 
+def _provenance_lines(from_record: Sequence[str], missing: Sequence[str], out: Path) -> list[str]:
+    lines = []
+    if from_record:
+        lines += [f"Held-out outcomes of {', '.join(from_record)} come from `{out / OUTCOMES}`, recorded by an "
+                  "earlier invocation of this plan: those runs are not in this storage root, so the per-run "
+                  "tables below leave them out.", ""]  # fmt: skip
+    if missing:
+        lines += [f"No held-out outcomes yet for {', '.join(missing)}.", ""]
+    return lines
+
+
 def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
-    names = [run_name(arm, seed) for arm, seed in plan.runs()]
-    evals = per_task_evals(root, names)
+    planned = [run_name(arm, seed) for arm, seed in plan.reported_runs()]
+    evals, record = merge_outcomes(per_task_evals(root, planned), recorded_outcomes(out / OUTCOMES), planned,
+                                   plan_fingerprint(plan, root))  # fmt: skip
+    names = [n for n in planned if (root / f"run={n}").exists()]  # the runs the tables below read
+    from_record = sorted(set(evals["run"]) - set(names), key=planned.index)
+    missing = [n for n in planned if n not in set(evals["run"])]
     curve = curves(evals)
     out.mkdir(parents=True, exist_ok=True)
+    record.write_parquet(out / OUTCOMES)
     curve.write_parquet(out / "curves.parquet")
     plot(curve, out / "curves.png")
     final = plan.rounds
     parts = [f"# Learning benchmark ({time.strftime('%Y-%m-%d')})", "",
              f"config `{plan.config}`, {plan.rounds} rounds, seeds {plan.seeds} (grpo, coevolve), "
              f"overrides {' '.join(plan.overrides) or '(none)'}", "", _warm_start_line(plan), "",
+             *_provenance_lines(from_record, missing, out),
              "## Held-out success per arm (mean over seeds)", "",
              markdown_table(summary(curve, final), percent=("baseline", "final", "best")), ""]  # fmt: skip
     parts += ["## coevolve - grpo after the last update (bootstrap 95 % interval over seeds and tasks)", ""]
@@ -584,6 +670,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--seeds", type=int, help="seeds of grpo and coevolve (ablations: seed 0)")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="run only seeds >= this; the report still covers seeds 0.. (from storage, or from "
+                             "the outcomes.parquet an earlier invocation of the same plan wrote to --out)")
     parser.add_argument("--arms", nargs="+", choices=list(ARMS))
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override")
     parser.add_argument("--warm-start-tasks", type=int, default=WarmStart.tasks,
@@ -608,7 +697,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     plan = Plan.make(quick=args.quick, config=args.config, rounds=args.rounds, seeds=args.seeds,
                      arms=args.arms, overrides=args.overrides,
                      warm_start_tasks=args.warm_start_tasks, teacher_tasks=args.teacher_tasks, jobs=args.jobs,
-                     share=args.share)  # fmt: skip
+                     share=args.share, first_seed=args.first_seed)  # fmt: skip
     print(run_benchmark(plan, args.out, run=not args.report_only))
 
 

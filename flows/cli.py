@@ -396,6 +396,9 @@ def bench_learning(
     config: Annotated[Path, typer.Option(help="Config every arm starts from.")] = Path("configs/learning-smollm2.yaml"),
     rounds: Annotated[int | None, typer.Option(help="Rounds per run (default: the config's run.rounds; --quick 2).")] = None,
     seeds: Annotated[int | None, typer.Option(help="Seeds of grpo and coevolve (default 3, --quick 1).")] = None,
+    first_seed: Annotated[int, typer.Option(
+        help="Run only seeds >= this; the report still covers seeds 0.. (from storage, or from the "
+             "outcomes.parquet an earlier invocation of the same plan wrote to --out).")] = 0,
     arms: Annotated[list[str] | None, typer.Option("--arm", help="Run only these arms (repeatable).")] = None,
     out: Annotated[Path, typer.Option(help="Where curves.parquet, report.md and curves.png go.")] = Path(
         "benchmarks/learning"),
@@ -420,7 +423,7 @@ def bench_learning(
     try:
         plan = Plan.make(quick=quick, config=config, rounds=rounds, seeds=seeds, arms=arms,
                          overrides=overrides or [], warm_start_tasks=warm_start_tasks,
-                         teacher_tasks=teacher_tasks, jobs=jobs, share=share)
+                         teacher_tasks=teacher_tasks, jobs=jobs, share=share, first_seed=first_seed)
         from flows.config import load_config
 
         load_config(plan.config, list(plan.overrides))  # a config mistake fails before any run starts

@@ -37,6 +37,49 @@ def test_arms_identical_seed_by_seed_differ_by_exactly_zero():
     assert bootstrap_difference(pl.DataFrame(rows), "coevolve", "grpo", updates=3) == (0.0, 0.0, 0.0)
 
 
+def _outcomes(run: str, plan: str, success: int, tasks: int = 3) -> list[dict]:
+    arm, seed = run.removeprefix("learning-").rsplit("-s", 1)
+    return [{"run": run, "arm": arm, "seed": int(seed), "updates": 1, "split": "test", "task_id": f"t{t}",
+             "success": success, "plan": plan} for t in range(tasks)]  # fmt: skip
+
+
+def test_recorded_outcomes_fill_runs_missing_from_storage_and_nothing_recorded_is_lost():
+    from benchmarks.learning import OUTCOME_SCHEMA, merge_outcomes
+
+    recorded = pl.DataFrame(_outcomes("learning-grpo-s0", "p1", 1) + _outcomes("learning-grpo-s1", "p1", 1)
+                            + _outcomes("learning-grpo-s2", "p2", 1), schema=OUTCOME_SCHEMA)  # fmt: skip
+    stored = pl.DataFrame(_outcomes("learning-grpo-s1", "p1", 0)).drop("plan")
+    names = ["learning-grpo-s0", "learning-grpo-s1", "learning-grpo-s2"]
+    reported, record = merge_outcomes(stored, recorded, names, "p1")
+    # s0 from the record; s1 as stored (storage wins); s2 was measured under another plan: not reported
+    assert dict(reported.group_by("run").agg(pl.col("success").sum()).iter_rows()) == {
+        "learning-grpo-s0": 3, "learning-grpo-s1": 0}
+    assert record.height == 9 and record.filter(pl.col("run") == "learning-grpo-s1")["success"].sum() == 0
+    assert record.filter(pl.col("plan") == "p2").height == 3
+
+
+def test_an_unreadable_outcomes_file_is_named(tmp_path):
+    from benchmarks.learning import recorded_outcomes
+
+    assert recorded_outcomes(tmp_path / "none.parquet").height == 0
+    (tmp_path / "bad.parquet").write_text("not parquet")
+    with pytest.raises(ValueError, match="bad.parquet: not a readable Parquet file"):
+        recorded_outcomes(tmp_path / "bad.parquet")
+    pl.DataFrame({"run": ["x"]}).write_parquet(tmp_path / "other.parquet")
+    with pytest.raises(ValueError, match=r"other.parquet: not an outcomes table, missing columns \['arm'"):
+        recorded_outcomes(tmp_path / "other.parquet")
+
+
+def test_first_seed_runs_the_later_seeds_and_reports_every_seed():
+    from benchmarks.learning import Plan
+
+    plan = Plan.make(quick=False, seeds=3, arms=["grpo", "coevolve", "no-rare"], first_seed=1)
+    assert plan.runs() == [("grpo", 1), ("coevolve", 1), ("grpo", 2), ("coevolve", 2)]
+    assert plan.reported_runs()[:3] == [("grpo", 0), ("coevolve", 0), ("no-rare", 0)]
+    with pytest.raises(ValueError, match="first_seed"):
+        Plan.make(quick=False, seeds=3, first_seed=3)
+
+
 def test_teacher_output_counts_candidates_by_status_and_folds_reasons(tmp_path):
     from benchmarks.learning import rejection_reasons, teacher_output
     from storage.layout import RunLayout
@@ -150,6 +193,14 @@ def test_quick_plan_runs_and_reports(tmp_path, monkeypatch, prefect_api):
     # the report can be rebuilt from storage alone (nothing runs: the tables before the timings match)
     again = run_benchmark(plan, tmp_path / "again", run=False)
     assert again.split("## Per run")[0] == text.split("## Per run")[0]
+    # ... and on a machine without the runs, from the outcomes the benchmark recorded next to its report
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "outcomes.parquet").write_bytes((tmp_path / "out" / "outcomes.parquet").read_bytes())
+    monkeypatch.setenv("COEVOLVE_HOME", str(tmp_path / "fresh-machine"))
+    recorded = run_benchmark(plan, tmp_path / "elsewhere", run=False)
+    assert "come from" in recorded and "| learning-coevolve-s0 |" not in recorded
+    assert recorded.split("## Per run")[0].split("## Held-out")[1] == text.split("## Per run")[0].split("## Held-out")[1]
+    monkeypatch.setenv("COEVOLVE_HOME", str(tmp_path / "runs"))
     # every arm ran the same rollout budget
     from storage.catalog import query
 
