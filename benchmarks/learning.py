@@ -49,14 +49,15 @@ Runs are named `learning-<arm>-s<seed>` under the storage root, so everything is
 command recomputes nothing that is complete: an interrupted benchmark continues where it stopped.
 
 Seeds add up across machines: `outcomes.parquet` in `--out` records every run's per-task held-out
-outcomes with a fingerprint of the plan (config text, rounds, overrides, warm-start and teacher keys), so
-`--seeds 9 --first-seed 5` on a fresh machine runs seeds 5-8 and reports, and bootstraps, over seeds 0-8:
-seeds 0-4 from the committed record, their per-run tables (signals, time) left out.
+outcomes with a fingerprint of the plan (config text, rounds, overrides, warm-start key, teacher
+settings), so `--seeds 9 --first-seed 5` on a fresh machine runs seeds 5-8 and reports, and bootstraps,
+over seeds 0-8: seeds 0-4 from the committed record, their per-run tables (signals, time) left out.
 
 Outputs (in `--out`, default `benchmarks/learning/`): `outcomes.parquet` (run, arm, seed, updates, split,
-task_id, success, plan), `curves.parquet` (arm, seed, updates, split, success, tasks), `report.md` (final and best held-out success per arm, coevolve - grpo with a bootstrap
-95 % interval over seeds and tasks, signals per kind, tasks accepted per round, generated tokens, wall
-time per stage and the feedback phases' share) and `curves.png`.
+task_id, success, plan), `curves.parquet` (arm, seed, updates, split, success, tasks), `report.md` (final
+and best held-out success per arm, coevolve - grpo with a bootstrap 95 % interval over seeds and tasks,
+signals per kind, tasks accepted per round, generated tokens, wall time per stage and the feedback
+phases' share) and `curves.png`.
 """
 
 from __future__ import annotations
