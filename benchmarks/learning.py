@@ -610,8 +610,10 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
     missing = [n for n in planned if n not in set(evals["run"])]
     curve = curves(evals)
     out.mkdir(parents=True, exist_ok=True)
-    record.write_parquet(out / OUTCOMES)
-    curve.write_parquet(out / "curves.parquet")
+    from storage.parquet import write_table, write_text_atomic
+
+    write_table(record.to_arrow(), out / OUTCOMES)  # the only copy of runs whose storage is gone: atomic
+    write_table(curve.to_arrow(), out / "curves.parquet")
     plot(curve, out / "curves.png")
     final = plan.rounds
     parts = [f"# Learning benchmark ({time.strftime('%Y-%m-%d')})", "",
@@ -661,7 +663,7 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
               "Most frequent reasons a candidate was not `ok` or was discarded (JSON, ids and numbers folded):", "",
               markdown_table(rejection_reasons(root, names)), ""]  # fmt: skip
     text = "\n".join(parts)
-    (out / "report.md").write_text(text)
+    write_text_atomic(text, out / "report.md")
     return text
 
 
