@@ -1,9 +1,13 @@
 """How many of a teacher's abstractions survive verification's environment checks, by replies per group.
 
     .venv/bin/python -u -m benchmarks.abstraction_probe --root /tmp/suite2 --model <checkpoint> --samples 1 4
+    .venv/bin/python -u -m benchmarks.abstraction_probe --root /tmp/suite14 --model <checkpoint> --samples 4 \
+        --single-calls --prefill plain effect
 
 The groups are real ones: the triples of the stored runs' explorations under `--root` (every run, every
-round), regrouped with `stages.abstract.build_groups`. For each `--samples` value the teacher (the model
+round), regrouped with `stages.abstract.build_groups` (`--single-calls`: and each call alone,
+`single_call_groups`). For each `--samples` value and `--prefill` way of starting a one-call reply (`plain`:
+the solution; `effect`: also what the call did, `evolve.abstract_prefill_effect`) the teacher (the model
 in process, the learning config's sampling) abstracts every group through `stages.abstract.abstract_groups`,
 and every `ok` candidate goes through `stages.verify.check_candidate` (replay, read answers, effect,
 solvability, grounding, reference replay; no policy attempt). Prints candidates by status and the
@@ -25,7 +29,7 @@ from envs.base import Task
 from llm.chat import ChatFormat
 from llm.hf_engine import HfEngine
 from llm.models import load_model
-from stages.abstract import abstract_groups, build_groups
+from stages.abstract import abstract_groups, build_groups, single_call_groups
 from stages.datasets import task_from_row
 from stages.teacher import EngineTeacher, TeacherSettings
 from stages.verify import Rejected, VerifySettings, check_candidate
@@ -58,18 +62,25 @@ def main() -> None:
     parser.add_argument("--samples", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--single-calls", action="store_true", help="also abstract each call of a group alone")
+    parser.add_argument("--prefill", nargs="+", choices=["plain", "effect"], default=["plain"],
+                        help="how a one-call reply starts: the solution, or also what the call did")
+    parser.add_argument("--duplicate-jaccard", type=float, default=0.8)
     args = parser.parse_args()
 
     make_env = lambda: envs.make("toolworld", seed=0)  # noqa: E731
     groups = stored_groups(args.root, "toolworld")
+    if args.single_calls:
+        groups += single_call_groups(groups)
     model, tokenizer = load_model(args.model)
     settings = TeacherSettings(args.temperature, args.max_new_tokens, 64, 4096)
     teacher = EngineTeacher(args.model, HfEngine(model, tokenizer), ChatFormat(tokenizer), settings)
     print(f"{len(groups)} groups with a successful call", flush=True)
-    for samples in args.samples:
+    for samples, prefill in ((s, p) for s in args.samples for p in args.prefill):
         started = time.perf_counter()
-        rows = abstract_groups(teacher, make_env, groups, env="toolworld", max_tasks=3, duplicate_jaccard=0.8,
-                               existing=[], seed=0, samples=samples)  # fmt: skip
+        rows = abstract_groups(teacher, make_env, groups, env="toolworld", max_tasks=3,
+                               duplicate_jaccard=args.duplicate_jaccard, existing=[], seed=0, samples=samples,
+                               prefill_effect=prefill == "effect")  # fmt: skip
         seconds = time.perf_counter() - started
         verdicts = Counter()
         for row in (r for r in rows if r["status"] == "ok"):
@@ -80,7 +91,7 @@ def main() -> None:
             except Rejected as exc:
                 verdicts[str(exc).split(":")[0]] += 1
         statuses = Counter(r["status"] for r in rows)
-        print(f"samples {samples}: {dict(statuses)} in {seconds:.0f} s; ok candidates -> {dict(verdicts)}",
+        print(f"samples {samples}, prefill {prefill}: {dict(statuses)} in {seconds:.0f} s; ok candidates -> {dict(verdicts)}",
               flush=True)  # fmt: skip
 
 

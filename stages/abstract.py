@@ -45,7 +45,8 @@ class Group:
     exploration_id: str
     task: Task
     calls: list[dict]
-    """Distinct ok calls in order: {tool, arguments (dict), observation}."""
+    """Distinct ok calls in order: {tool, arguments (dict), observation, changed (whether the call changed the
+    state where it ran; None when the environment has no state digest)}."""
 
 
 # --- similarity ---------------------------------------------------------------------------------
@@ -105,6 +106,7 @@ def build_groups(triples: list[dict], tasks_of_explorations: dict[str, Task]) ->
                         "tool": row["tool"],
                         "arguments": json.loads(row["arguments"]),
                         "observation": row["observation"],
+                        "changed": row.get("changed"),
                     }
                 )
         groups.append(
@@ -346,14 +348,16 @@ def abstract_groups(
     existing: list[Task],
     seed: int,
     samples: int = 1,
+    prefill_effect: bool = False,
 ) -> list[dict]:
     """Candidate rows of every group (groups without a successful call give one `invalid` row).
 
     `samples` teacher replies per group (one sampled batch); a reply identical to an earlier one of its
-    group adds nothing and is dropped, the others are parsed in order."""
+    group adds nothing and is dropped, the others are parsed in order. `prefill_effect`: a one-call
+    group's reply is started by its call's effect too (`teacher.abstract_prefix`)."""
     asking = [g for g in groups if g.calls]
     messages = [abstract_messages(g, offered_tools(make_env, g.task), max_tasks) for g in asking]
-    prefixes = [teachers.abstract_prefix(len(g.calls)) for g in asking for _ in range(samples)]
+    prefixes = [teachers.abstract_prefix(g.calls, by_effect=prefill_effect) for g in asking for _ in range(samples)]
     conversations = [m for m in messages for _ in range(samples)]
     sampling = teacher.settings.text_sampling(seed)
     replies = [""] * len(conversations)
@@ -410,6 +414,7 @@ def compute_abstract(ctx: RunContext, round_: int, key: str) -> StageResult:
         existing=dataset_tasks(ctx, round_),
         seed=round_seed(ctx.config.run.seed, round_, "abstract"),
         samples=cfg.abstract_samples,
+        prefill_effect=cfg.abstract_prefill_effect,
     )
     statuses = [r["status"] for r in rows]
     return StageResult(

@@ -103,6 +103,7 @@ def explore_tasks(ctx: RunContext, known: list[Task]) -> tuple[list[dict], dict[
             existing=existing,
             seed=seed,
             samples=evolve.abstract_samples,
+            prefill_effect=evolve.abstract_prefill_effect,
         )
         verified = verify_candidates(
             policy,

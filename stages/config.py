@@ -132,6 +132,11 @@ class EvolveConfig(Section):
     abstract_single_calls: bool = False
     """Also abstract each call of a group with several calls on its own (`stages.abstract.single_call_groups`):
     a small teacher matches one call to its query far better than it picks indices among several."""
+    abstract_prefill_effect: bool = False
+    """Start a one-call group's reply by what its call did too: a read-only call's with its first answer
+    (the task must ask for what the call reads), a state change's with no answers (an instruction). Without
+    it, a small teacher wrote instructions over read-only calls ("Send Priya ..." over `list_contacts`),
+    which verification discards as `no effect` (benchmarks/RESULTS.md)."""
     max_tasks_per_group: int = Field(3, ge=1)
     """Most tasks the teacher may abstract from one triple group (extra ones are rows marked `invalid`)."""
     duplicate_jaccard: float = Field(0.8, ge=0.0, le=1.0)

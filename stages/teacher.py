@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from string import Template
@@ -48,11 +49,20 @@ ABSTRACT_PREFIX = '[{"solution": ['
 """Solution first: a small teacher picks call indices it can see before it writes a query around them."""
 
 
-def abstract_prefix(calls: int) -> str:
-    """The abstraction reply's start for a group of `calls` observed calls. One call has one valid solution,
+def abstract_prefix(calls: Sequence[dict], *, by_effect: bool = False) -> str:
+    """The abstraction reply's start for a group of observed `calls`. One call has one valid solution,
     `[0]`, so it is written for the teacher (a small one wrote `[0, 1, 2]` for most one-call groups);
-    more calls leave the choice to it."""
-    return ABSTRACT_PREFIX + '0], "answers": [' if calls == 1 else ABSTRACT_PREFIX
+    more calls leave the choice to it. `by_effect`: a one-call reply is started by what the call did
+    (its `changed`) too: a read-only call's task asks for what the call read, so its answers are opened
+    (`"answers": ["`); a state change's task is an instruction, so it has none and the query comes next."""
+    if len(calls) != 1:
+        return ABSTRACT_PREFIX
+    changed = calls[0].get("changed") if by_effect else None
+    if changed is False:
+        return ABSTRACT_PREFIX + '0], "answers": ["'
+    if changed is True:
+        return ABSTRACT_PREFIX + '0], "answers": [], "query": "'
+    return ABSTRACT_PREFIX + '0], "answers": ['
 
 
 class JsonReplyError(ValueError):

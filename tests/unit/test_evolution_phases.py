@@ -31,6 +31,7 @@ from stages.abstract import (
 from stages.datasets import sample_task_ids
 from stages.explore import Target, exploration_artifacts, explore, select_signals
 from stages.merge import admitted_tasks, merge_dataset, solved_shares
+from stages.teacher import abstract_prefix
 from stages.triples import build_triples, group_id
 from stages.verify import VerifySettings, candidate_task, query_literals, verify_candidates
 from tests.fakes.teacher import OracleEngine, ScriptedTeacher
@@ -231,8 +232,10 @@ def _group(task: Task, calls: list[tuple[str, dict]], gid: str) -> Group:
     env.reset(task)
     observed = []
     for name, arguments in calls:
+        before = env.state_digest()
         result = env.step([ToolCall(name=name, arguments=arguments)])
-        observed.append({"tool": name, "arguments": arguments, "observation": result.messages[0]["content"]})
+        observed.append({"tool": name, "arguments": arguments, "observation": result.messages[0]["content"],
+                         "changed": env.state_digest() != before})  # fmt: skip
     return Group(gid, f"x-{gid}", task, observed)
 
 
@@ -343,6 +346,39 @@ def test_a_one_call_group_gets_its_only_solution_written_for_the_teacher(tokeniz
     assert [(r["group_id"], r["status"], r["query"]) for r in rows] == [
         ("two", "ok", f"Balance of {b}?"), ("one", "ok", f"Balance of {a}?")]  # fmt: skip
     assert rows[1]["raw_reply"].startswith('[{"solution": [0], "answers": [')
+
+
+def test_prefill_effect_starts_a_one_call_reply_by_what_the_call_did(tokenizer, world):
+    """A read-only call's task must ask for what it read (answers opened), a state change's is an instruction
+    (no answers, the query next); groups of several calls and the default are unchanged."""
+    from stages.teacher import ABSTRACT_PREFIX
+
+    bank = family(world.train, "bank_balance")
+    (a, info_a), (b, _) = list(bank.initial_state["bank"]["accounts"].items())[:2]
+    read = _group(bank, [("get_balance", {"account_id": a})], "read")
+    move = _group(bank, [("transfer", {"from_account": a, "to_account": b, "amount": 5.0})], "move")
+    both = _group(bank, [("get_balance", {"account_id": a}), ("get_balance", {"account_id": b})], "both")
+    assert [read.calls[0]["changed"], move.calls[0]["changed"]] == [False, True]
+    continuation = {
+        ABSTRACT_PREFIX + '0], "answers": ["': f'{info_a["balance"]:.2f}"], "query": "What is the balance of {a}?"}}]',
+        ABSTRACT_PREFIX + '0], "answers": [], "query": "': f'Transfer 5.00 from {a} to {b}."}}]',
+        ABSTRACT_PREFIX: f'1], "answers": [], "query": "Balance of {b}?"}}]',
+    }
+
+    class PrefixEchoTeacher(ScriptedTeacher):  # fake: continues each prefix with a task for its group
+        def complete(self, conversations, sampling, *, reply_prefix=""):
+            self.batches = [*getattr(self, "batches", []), reply_prefix]
+            return [reply_prefix + continuation[reply_prefix]] * len(conversations)
+
+    teacher = PrefixEchoTeacher(tokenizer, [])
+    rows = abstract_groups(teacher, make_env, [read, move, both], env="toolworld", max_tasks=3,
+                           duplicate_jaccard=0.8, existing=[], seed=0, prefill_effect=True)  # fmt: skip
+    assert sorted(teacher.batches) == sorted(continuation)
+    assert [(r["group_id"], r["status"], json.loads(r["answers"])) for r in rows] == [
+        ("read", "ok", [f"{info_a['balance']:.2f}"]), ("move", "ok", []), ("both", "ok", [])]  # fmt: skip
+    assert abstract_prefix(read.calls) == abstract_prefix(move.calls) == ABSTRACT_PREFIX + '0], "answers": ['
+    unknown = [{**read.calls[0], "changed": None}]  # an environment without state digests
+    assert abstract_prefix(unknown, by_effect=True) == ABSTRACT_PREFIX + '0], "answers": ['
 
 
 def test_duplicate_jaccard_zero_makes_the_solution_alone_decide(tokenizer, world):
@@ -755,6 +791,7 @@ def test_groups_collect_distinct_ok_calls_in_order(explored):
     groups = build_groups(triples, {t.exploration_id: t.task for t in explored.targets})
     by_id = {g.exploration_id: g for g in groups}
     assert [c["tool"] for c in by_id["x2"].calls] == ["get_balance", "transfer", "get_balance"]
+    assert [c["changed"] for c in by_id["x2"].calls] == [False, True, False]  # from the replayed digests
     assert len(by_id["x0"].calls) == 1  # the same read in both rounds shows once
     singles = single_call_groups(groups)
     assert [g.calls for g in singles if g.exploration_id == "x2"] == [[c] for c in by_id["x2"].calls]
