@@ -20,8 +20,8 @@ failure deciding a `discard` with its reason:
    is discarded as `no effect`.
    A state-changing candidate whose query asks for no information ("Transfer 125.39 from TRV-4 to
    BIZ-3.") is checked without the answers its teacher named (a small teacher adds the balance a
-   transfer returned; the policy could only pass by stating what nobody asked for); the verdict's reason
-   names them.
+   transfer returned, or a number no result shows; the policy could only pass by stating what nobody
+   asked for); they are dropped before the checker is derived, and the verdict's reason names them.
 4. solvability: every literal argument of the solution appears in the query or in a result of an
    earlier call of the solution.
 5. grounding: at least the share `evolve.grounding` of the literals the query names (numbers and
@@ -328,7 +328,10 @@ def check_candidate(
     settings: VerifySettings,
 ) -> Checked:
     """All environment checks of one candidate, in order; Rejected(reason) on the first failure."""
-    task = candidate_task(row)
+    # An instruction asks for no answer: the teacher's are dropped before the checker is derived, which
+    # would reject one that no result shows ("Transfer 450.61 from EMG-2 to SAV-4." with answer 1631.1).
+    dropped = [] if asks_for_information(row["query"]) else [str(a) for a in json.loads(row["answers"] or "[]")]
+    task = candidate_task({**row, "answers": "[]"} if dropped else row)
     twin = contamination(task, held_out, settings.contamination_jaccard)
     if twin is not None:
         raise Rejected(f"{CONTAMINATION}: near-duplicate of held-out task {twin}")
@@ -345,11 +348,6 @@ def check_candidate(
         if not any(task.checker.get("answers") or []):
             derived = read_answers(task, results)
             task = candidate_task({**row, "answers": json.dumps(derived)})
-    dropped: list[str] = []
-    if before != after and not asks_for_information(task.turns[-1]):  # an instruction: no answer asked for
-        dropped = [str(a) for turn in task.checker.get("answers") or [] for a in turn]
-        if dropped:
-            task = candidate_task({**row, "answers": "[]"})
     check_effect(task, before, after, results)
     check_solvable(task, results)
     check_grounded(task, results, settings.grounding)

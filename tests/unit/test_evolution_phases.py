@@ -586,7 +586,7 @@ def test_verify_outcomes(verified):
 
 
 def test_an_instruction_is_checked_without_the_answers_nobody_asked_for(world):
-    from stages.verify import check_candidate
+    from stages.verify import Rejected, check_candidate
 
     bank = family(world.train, "bank_balance")
     a, b = list(bank.initial_state["bank"]["accounts"])[:2]
@@ -602,6 +602,13 @@ def test_an_instruction_is_checked_without_the_answers_nobody_asked_for(world):
                       "asked")  # fmt: skip
     checked = check_candidate(make_env, asked, [], VerifySettings())
     assert checked.task.checker["answers"] == [[left]] and checked.dropped_answers == ()
+    # an answer no result shows is dropped before the checker's derivation could reject the task for it
+    unseen = candidate(bank, f"Transfer 5 from {a} to {b}.", transfer, ["1631.1"], "unseen")
+    checked = check_candidate(make_env, unseen, [], VerifySettings())
+    assert checked.task.checker["answers"] == [[]] and checked.dropped_answers == ("1631.1",)
+    with pytest.raises(Rejected, match="^replay: answers"):  # a question keeps its answers: this one is wrong
+        check_candidate(make_env, {**unseen, "query": f"Transfer 5 from {a} to {b}. What is left?"}, [],
+                        VerifySettings())  # fmt: skip
 
 
 def test_a_read_only_candidate_without_answers_asks_for_what_its_solution_reads(verified):
