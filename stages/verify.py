@@ -32,6 +32,9 @@ failure deciding a `discard` with its reason:
    touches ("a 30-gallon tank"), 78 of 181 fall short of 100 % and 10 of 181 of the default 50 %.
 6. the reference solution, replayed as an oracle agent, satisfies the checker.
 
+A candidate discarded by these checks hands over to its siblings, the `duplicate` rows of the same
+solution (`sibling_duplicates`), checked in order until one passes: it stands for the solution.
+
 Then the current policy (after round r-1; after round r with `evolve.verify_after_update`) attempts
 the survivors (`evolve.verify_attempts`, greedy when 1): success -> `accept`, a failure with positive
 reward -> `retain`, else `discard` (the paper's rule).
@@ -382,14 +385,17 @@ def verify_candidates(
     if not settings.verify:
         return {"verifications": _unverified(policy.version, candidates, lineage), "trajectories": [], "steps": []}
     pool = [(task_signature(t), " ".join(t.turns), t.id) for t in held_out]
+    siblings = sibling_duplicates(candidates)
     checked, rows = [], []
     for row in (r for r in candidates if r["status"] == "ok"):
-        try:
-            checked.append(check_candidate(make_env, row, pool, settings))
-        except Rejected as exc:
-            rows.append(_row(row, policy.version, "discard", str(exc)))
-        except Exception as exc:  # an environment that breaks on a candidate: a row, not a crash
-            rows.append(_row(row, policy.version, "discard", f"error: {short_text(str(exc), 300)}"))
+        for wording in (row, *siblings.get(row["candidate_id"], [])):  # the first that passes stands for all
+            try:
+                checked.append(check_candidate(make_env, wording, pool, settings))
+                break
+            except Rejected as exc:
+                rows.append(_row(wording, policy.version, "discard", str(exc)))
+            except Exception as exc:  # an environment that breaks on a candidate: a row, not a crash
+                rows.append(_row(wording, policy.version, "discard", f"error: {short_text(str(exc), 300)}"))
     jobs = [(c.task, k) for c in checked for k in range(settings.attempts)]
     episodes = run_episodes(
         policy.engine, policy.chat, make_env, jobs, settings.sampling(), settings.limits, seed=settings.seed
@@ -399,6 +405,20 @@ def verify_candidates(
         attempts = trajectories[i * settings.attempts : (i + 1) * settings.attempts]
         rows.append(_judged(c, attempts, policy.version, lineage.get(c.row["exploration_id"], {})))
     return {"verifications": rows, "trajectories": trajectories, "steps": step_rows(episodes, trajectories)}
+
+
+def sibling_duplicates(candidates: list[dict]) -> dict[str, list[dict]]:
+    """The `duplicate` rows of each `ok` candidate (the same solution from another reply or group), in
+    order. When the environment checks discard a candidate, its next sibling is checked in its place: the
+    first wording of a solution may be a mismatched one (an instruction over a read-only call) where a later
+    reply, or the call's own one-call group, words it well; a duplicate is only a duplicate of a task that
+    is kept. Duplicates of a dataset task are not siblings."""
+    ok = {r["candidate_id"] for r in candidates if r["status"] == "ok"}
+    out: dict[str, list[dict]] = {}
+    for row in candidates:
+        if row["status"] == "duplicate" and row.get("duplicate_of") in ok:
+            out.setdefault(row["duplicate_of"], []).append(row)
+    return out
 
 
 def _row(candidate: dict, policy: str, outcome: str, reason: str) -> dict:

@@ -555,6 +555,38 @@ def verified(tokenizer, world):
     )
 
 
+def test_a_discarded_candidate_hands_over_to_its_sibling_duplicates(tokenizer, world):
+    """The first wording of a solution is discarded (an instruction over a read): the next duplicate of
+    it is checked in its place and stands for the solution; later ones and duplicates of a dataset task
+    are left alone; a solution whose every wording fails leaves a discard row per wording."""
+    from llm.chat import ChatFormat
+
+    bank = family(world.train, "bank_balance")
+    (acc_a, a), (acc_b, _) = list(bank.initial_state["bank"]["accounts"].items())[:2]
+    read = [{"name": "get_balance", "arguments": {"account_id": acc_a}}]
+    listing = [{"name": "list_accounts", "arguments": {}}]
+
+    def duplicate(query: str, calls: list[dict], cid: str, of: str) -> dict:
+        return {**candidate(bank, query, calls, [], cid, status="duplicate"), "duplicate_of": of}
+
+    rows = [
+        candidate(bank, f"Transfer 125.39 from {acc_a} to {acc_b}.", read, [], "mismatched"),
+        candidate(bank, f"Transfer 9 from {acc_a} to {acc_b}.", listing, [], "listing"),
+        duplicate(f"What is the balance of {acc_a}?", read, "sibling", "mismatched"),
+        duplicate(f"Show me the balance of {acc_a}.", read, "later", "mismatched"),
+        duplicate(f"Send 9 from {acc_b} to {acc_a}.", listing, "also-mismatched", "listing"),
+        duplicate(f"Balance of {acc_a}?", read, "of-dataset", bank.id),
+    ]
+    known = candidate_task({**rows[2], "answers": json.dumps([f"{a['balance']:.2f}"])})
+    policy = SimpleNamespace(engine=OracleEngine(tokenizer, [known]), version="p", chat=ChatFormat(tokenizer))
+    out = verify_candidates(policy, make_env, rows, [], {}, VerifySettings(attempts=1), run="t", round_=0)
+    verdicts = {v["candidate_id"]: v for v in out["verifications"]}
+    assert {cid: v["outcome"] for cid, v in verdicts.items()} == {
+        "mismatched": "discard", "sibling": "accept", "listing": "discard", "also-mismatched": "discard"}  # fmt: skip
+    assert all(verdicts[cid]["reason"].startswith("no effect") for cid in ("mismatched", "listing", "also-mismatched"))
+    assert [t["task_id"] for t in out["trajectories"]] == [known.id]  # one policy attempt, for the stand-in
+
+
 def test_verify_outcomes(verified):
     v = verified.by_candidate
     assert set(v) == {
