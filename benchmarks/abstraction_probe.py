@@ -10,8 +10,9 @@ round), regrouped with `stages.abstract.build_groups` (`--single-calls`: and eac
 the solution; `effect`: also what the call did, `evolve.abstract_prefill_effect`) the teacher (the model
 in process, the learning config's sampling) abstracts every group through `stages.abstract.abstract_groups`,
 and every `ok` candidate goes through `stages.verify.check_candidate` (replay, read answers, effect,
-solvability, grounding, reference replay; no policy attempt). Prints candidates by status and the
-verification reasons.
+solvability, grounding, reference replay; no policy attempt), its sibling duplicates in its place while
+it fails, as in the verify stage. Prints candidates by status, the solutions that pass (`passes`) and the
+reasons of every wording discarded on the way.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from llm.models import load_model
 from stages.abstract import abstract_groups, build_groups, single_call_groups
 from stages.datasets import task_from_row
 from stages.teacher import EngineTeacher, TeacherSettings
-from stages.verify import Rejected, VerifySettings, check_candidate
+from stages.verify import Rejected, VerifySettings, check_candidate, sibling_duplicates
 
 
 def stored_groups(root: Path, env_name: str) -> list:
@@ -82,14 +83,16 @@ def main() -> None:
                                duplicate_jaccard=args.duplicate_jaccard, existing=[], seed=0, samples=samples,
                                prefill_effect=prefill == "effect")  # fmt: skip
         seconds = time.perf_counter() - started
-        verdicts = Counter()
-        for row in (r for r in rows if r["status"] == "ok"):
-            try:
-                check_candidate(make_env, row, [], VerifySettings())
-                verdicts["passes"] += 1
-                print(f"  passes: {row['query'][:90]!r} {row['solution'][:90]}", flush=True)
-            except Rejected as exc:
-                verdicts[str(exc).split(":")[0]] += 1
+        verdicts, siblings = Counter(), sibling_duplicates(rows)
+        for row in (r for r in rows if r["status"] == "ok"):  # as the verify stage: siblings stand in
+            for wording in (row, *siblings.get(row["candidate_id"], [])):
+                try:
+                    check_candidate(make_env, wording, [], VerifySettings())
+                    verdicts["passes"] += 1
+                    print(f"  passes: {wording['query'][:90]!r} {wording['solution'][:90]}", flush=True)
+                    break
+                except Rejected as exc:
+                    verdicts[str(exc).split(":")[0]] += 1
         statuses = Counter(r["status"] for r in rows)
         print(f"samples {samples}, prefill {prefill}: {dict(statuses)} in {seconds:.0f} s; ok candidates -> {dict(verdicts)}",
               flush=True)  # fmt: skip
