@@ -446,13 +446,15 @@ def evolution_counts(root: Path, names: Sequence[str]) -> pl.DataFrame:
 
 
 def teacher_output(root: Path, names: Sequence[str]) -> pl.DataFrame:
-    """Per run: the teacher's candidates by status, then the verdicts on the `ok` ones (is the teacher
-    the bottleneck, or verification?)."""
+    """Per run: the teacher's candidates by status, then the verdicts on the `ok` ones and on the
+    duplicates verification checked in place of a discarded one (`stand_ins`, `stages.verify.sibling_duplicates`):
+    is the teacher the bottleneck, or verification?"""
     return _scalar_table(root, names, """
         SELECT c.run, count(*) AS candidates, count(*) FILTER (c.status = 'ok') AS ok,
                count(*) FILTER (c.status = 'unparsable') AS unparsable,
                count(*) FILTER (c.status = 'invalid') AS invalid,
                count(*) FILTER (c.status = 'duplicate') AS duplicate,
+               count(*) FILTER (c.status = 'duplicate' AND v.outcome IS NOT NULL) AS stand_ins,
                count(*) FILTER (v.outcome IN ('accept', 'retain')) AS admitted,
                count(*) FILTER (v.outcome = 'discard') AS discarded
         FROM candidates c LEFT JOIN verifications v USING (run, round, candidate_id)

@@ -103,10 +103,11 @@ def test_teacher_output_counts_candidates_by_status_and_folds_reasons(tmp_path):
         candidate(7, "duplicate", "near-duplicate of ba2616ee7d70a46d")])  # fmt: skip
     store.write(0, "verify", "verifications", [
         verdict(0, "accept", "solved 1 of 1"), verdict(1, "discard", "answer 41.5 appears in no result"),
-        verdict(2, "discard", "answer 3 appears in no result")])  # fmt: skip
+        verdict(2, "discard", "answer 3 appears in no result"),
+        verdict(7, "retain", "partial reward")])  # fmt: skip  # 7 stood in for the discarded 2
     row = teacher_output(tmp_path, ["learning-coevolve-s0", "learning-grpo-s0"]).to_dicts()
     assert row == [{"run": "learning-coevolve-s0", "candidates": 8, "ok": 3, "unparsable": 1, "invalid": 2,
-                    "duplicate": 2, "admitted": 1, "discarded": 2}]  # fmt: skip
+                    "duplicate": 2, "stand_ins": 1, "admitted": 2, "discarded": 2}]  # fmt: skip
     reasons = rejection_reasons(tmp_path, ["learning-coevolve-s0"]).rows()
     assert reasons[:2] == [("candidate invalid", "solution item N is neither an observed call index nor a call", 2),
                            ("verification discard", "answer N appears in no result", 2)]  # fmt: skip
