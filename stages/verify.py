@@ -414,11 +414,11 @@ def sibling_duplicates(candidates: list[dict]) -> dict[str, list[dict]]:
     reply, or the call's own one-call group, words it well; a duplicate is only a duplicate of a task that
     is kept. Duplicates of a dataset task are not siblings."""
     ok = {r["candidate_id"] for r in candidates if r["status"] == "ok"}
-    out: dict[str, list[dict]] = {}
-    for row in candidates:
+    out: dict[str, dict[str, dict]] = {}
+    for row in candidates:  # one row per id: two replies of a group can hold the very same task
         if row["status"] == "duplicate" and row.get("duplicate_of") in ok:
-            out.setdefault(row["duplicate_of"], []).append(row)
-    return out
+            out.setdefault(row["duplicate_of"], {}).setdefault(row["candidate_id"], row)
+    return {twin: list(rows.values()) for twin, rows in out.items()}
 
 
 def _row(candidate: dict, policy: str, outcome: str, reason: str) -> dict:

@@ -575,12 +575,14 @@ def test_a_discarded_candidate_hands_over_to_its_sibling_duplicates(tokenizer, w
         duplicate(f"What is the balance of {acc_a}?", read, "sibling", "mismatched"),
         duplicate(f"Show me the balance of {acc_a}.", read, "later", "mismatched"),
         duplicate(f"Send 9 from {acc_b} to {acc_a}.", listing, "also-mismatched", "listing"),
+        duplicate(f"Send 9 from {acc_b} to {acc_a}.", listing, "also-mismatched", "listing"),  # another reply's
         duplicate(f"Balance of {acc_a}?", read, "of-dataset", bank.id),
     ]
     known = candidate_task({**rows[2], "answers": json.dumps([f"{a['balance']:.2f}"])})
     policy = SimpleNamespace(engine=OracleEngine(tokenizer, [known]), version="p", chat=ChatFormat(tokenizer))
     out = verify_candidates(policy, make_env, rows, [], {}, VerifySettings(attempts=1), run="t", round_=0)
     verdicts = {v["candidate_id"]: v for v in out["verifications"]}
+    assert len(verdicts) == len(out["verifications"])  # each wording checked once
     assert {cid: v["outcome"] for cid, v in verdicts.items()} == {
         "mismatched": "discard", "sibling": "accept", "listing": "discard", "also-mismatched": "discard"}  # fmt: skip
     assert all(verdicts[cid]["reason"].startswith("no effect") for cid in ("mismatched", "listing", "also-mismatched"))
