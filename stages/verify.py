@@ -22,6 +22,9 @@ failure deciding a `discard` with its reason:
    BIZ-3.") is checked without the answers its teacher named (a small teacher adds the balance a
    transfer returned, or a number no result shows; the policy could only pass by stating what nobody
    asked for); they are dropped before the checker is derived, and the verdict's reason names them.
+   Where the query names one object of the last result ("What is the balance of CHK-8?" over a list of
+   accounts), an answer that is only another object's value is a `misread` (a small teacher copied the
+   first balance it saw; the policy, answering what was asked, could only fail: it was "retained").
 4. solvability: every literal argument of the solution appears in the query or in a result of an
    earlier call of the solution.
 5. grounding: at least the share `evolve.grounding` of the literals the query names (numbers and
@@ -271,6 +274,37 @@ def read_answers(task: Task, results: list[str]) -> list[str]:
     return new
 
 
+def _objects(node: Any) -> list[dict]:
+    """The innermost JSON objects of a result: those holding no object themselves (an account, an event)."""
+    if isinstance(node, list):
+        return [o for item in node for o in _objects(item)]
+    if isinstance(node, dict):
+        inner = [o for value in node.values() for o in _objects(value)]
+        return inner or [node]
+    return []
+
+
+def check_named_object(task: Task, results: list[str]) -> None:
+    """Where the query names one object of the solution's last result ("What is the balance of CHK-8?" over
+    a list of accounts), an answer found only among another object's values is a misread (Rejected): a
+    small teacher copies the first balance it sees, and the policy, answering the question asked, fails."""
+    answers = [str(a) for turn in task.checker.get("answers") or [] for a in turn]
+    try:
+        value, _ = json.JSONDecoder().raw_decode(results[-1] if results else "")
+    except ValueError:
+        return
+    objects = [(o, "\n".join(json.dumps(v) for v in o.values())) for o in _objects(value)]
+    named = {id(o) for o, text in objects for literal in query_literals("\n".join(task.turns))
+             if any(str(v).lower() == literal.lower() for v in o.values())}  # fmt: skip
+    if len(named) != 1 or not answers:
+        return
+    own = next(text for o, text in objects if id(o) in named)
+    for answer in answers:
+        if not answer_found(answer, own) and any(answer_found(answer, text) for o, text in objects if id(o) not in named):
+            raise Rejected(f"misread: answer {short_text(answer, 60)} is another object's value than the one "
+                           "the query names")  # fmt: skip
+
+
 def asks_for_information(query: str) -> bool:
     """Whether a query asks a question or for information ("What is ...?", "Show me ...", "Read ..."),
     rather than for an action ("Transfer ...", "Copy ...")."""
@@ -352,6 +386,7 @@ def check_candidate(
             derived = read_answers(task, results)
             task = candidate_task({**row, "answers": json.dumps(derived)})
     check_effect(task, before, after, results)
+    check_named_object(task, results)
     check_solvable(task, results)
     check_grounded(task, results, settings.grounding)
     env = make_env()
@@ -569,4 +604,4 @@ def compute_verify(ctx: RunContext, round_: int, key: str) -> StageResult:
     return StageResult(artifacts, {o: outcomes.count(o) for o in ("accept", "retain", "discard")})
 
 
-VERIFY = StageDef("verify", 7, ("evolve", "env", "rollout", "eval", "run"), _inputs, compute_verify)
+VERIFY = StageDef("verify", 8, ("evolve", "env", "rollout", "eval", "run"), _inputs, compute_verify)

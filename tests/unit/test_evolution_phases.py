@@ -555,6 +555,25 @@ def verified(tokenizer, world):
     )
 
 
+def test_an_answer_read_off_another_object_than_the_query_names_is_a_misread(world):
+    from stages.verify import Rejected, check_candidate
+
+    bank = family(world.train, "bank_balance")
+    (acc_a, a), (acc_b, b) = list(bank.initial_state["bank"]["accounts"].items())[:2]
+    listing = [{"name": "list_accounts", "arguments": {}}]
+    question = f"What is the balance of account {acc_b}?"
+    with pytest.raises(Rejected, match=f"^misread: answer {a['balance']:.2f} is another object's value"):
+        check_candidate(make_env, candidate(bank, question, listing, [f"{a['balance']:.2f}"], "misread"), [],
+                        VerifySettings())  # fmt: skip
+    checked = check_candidate(make_env, candidate(bank, question, listing, [f"{b['balance']:.2f}"], "read"), [],
+                              VerifySettings())  # fmt: skip
+    assert checked.task.checker["answers"] == [[f"{b['balance']:.2f}"]]
+    # a query naming no one object of the listing leaves its answers alone
+    checked = check_candidate(make_env, candidate(bank, "Which account holds the most money?", listing,
+                                                  [f"{a['balance']:.2f}"], "unnamed"), [], VerifySettings())  # fmt: skip
+    assert checked.task.checker["answers"] == [[f"{a['balance']:.2f}"]]
+
+
 def test_a_discarded_candidate_hands_over_to_its_sibling_duplicates(tokenizer, world):
     """The first wording of a solution is discarded (an instruction over a read): the next duplicate of
     it is checked in its place and stands for the solution; later ones and duplicates of a dataset task
