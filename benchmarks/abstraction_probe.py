@@ -3,6 +3,7 @@
     .venv/bin/python -u -m benchmarks.abstraction_probe --root /tmp/suite2 --model <checkpoint> --samples 1 4
     .venv/bin/python -u -m benchmarks.abstraction_probe --root /tmp/suite14 --model <checkpoint> --samples 4 \
         --single-calls --prefill plain effect
+    .venv/bin/python -u -m benchmarks.abstraction_probe --root /tmp/suite14 --recheck 'learning-coevolve-%'
 
 The groups are real ones: the triples of the stored runs' explorations under `--root` (every run, every
 round), regrouped with `stages.abstract.build_groups` (`--single-calls`: and each call alone,
@@ -12,7 +13,8 @@ in process, the learning config's sampling) abstracts every group through `stage
 and every `ok` candidate goes through `stages.verify.check_candidate` (replay, read answers, effect,
 solvability, grounding, reference replay; no policy attempt), its sibling duplicates in its place while
 it fails, as in the verify stage. Prints candidates by status, the solutions that pass (`passes`) and the
-reasons of every wording discarded on the way.
+reasons of every wording discarded on the way. `--recheck RUNS`: no teacher; the stored candidates of the
+matching runs go through this checkout's checks (what a change of verification does to real output).
 """
 
 from __future__ import annotations
@@ -56,10 +58,44 @@ def stored_groups(root: Path, env_name: str) -> list:
     return [g for g in groups if g.calls]
 
 
+def environment_verdicts(make_env, rows: list[dict]) -> Counter:
+    """Verification's environment checks (no policy attempt) over one batch of candidate rows, siblings
+    standing in for a discarded candidate as in the verify stage: solutions that pass, reasons of the rest."""
+    verdicts, siblings = Counter(), sibling_duplicates(rows)
+    for row in (r for r in rows if r["status"] == "ok"):
+        for wording in (row, *siblings.get(row["candidate_id"], [])):
+            try:
+                check_candidate(make_env, wording, [], VerifySettings())
+                verdicts["passes"] += 1
+                print(f"  passes: {wording['query'][:90]!r} {wording['solution'][:90]}", flush=True)
+                break
+            except Rejected as exc:
+                verdicts[str(exc).split(":")[0]] += 1
+    return verdicts
+
+
+def recheck(root: Path, runs: str) -> None:
+    """`--recheck`: the stored candidates of the runs matching `runs` (SQL LIKE), each run's round as one
+    batch, through this checkout's environment checks: what a verification change does to real output."""
+    make_env = lambda: envs.make("toolworld", seed=0)  # noqa: E731
+    rows = duckdb.sql(f"SELECT * FROM read_parquet('{root}/run=*/round=*/stage=abstract/candidates.parquet', "
+                      "hive_partitioning = true) WHERE run LIKE $runs ORDER BY run, round",
+                      params={"runs": runs}).df().to_dict("records")  # fmt: skip
+    batches: dict[tuple, list[dict]] = {}
+    for row in rows:
+        batches.setdefault((row["run"], row["round"]), []).append(row)
+    total = Counter()
+    for batch in batches.values():
+        total += environment_verdicts(make_env, batch)
+    print(f"{len(rows)} stored candidates of {len(batches)} run rounds -> {dict(total)}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, required=True)
-    parser.add_argument("--model", required=True, help="teacher model: a name or checkpoint directory")
+    parser.add_argument("--model", help="teacher model: a name or checkpoint directory")
+    parser.add_argument("--recheck", metavar="RUNS",
+                        help="no teacher: re-check the stored candidates of the runs matching this SQL LIKE pattern")
     parser.add_argument("--samples", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--max-new-tokens", type=int, default=256)
@@ -68,7 +104,10 @@ def main() -> None:
                         help="how a one-call reply starts: the solution, or also what the call did")
     parser.add_argument("--duplicate-jaccard", type=float, default=0.8)
     args = parser.parse_args()
-
+    if args.recheck:
+        return recheck(args.root, args.recheck)
+    if not args.model:
+        parser.error("--model is required unless --recheck")
     make_env = lambda: envs.make("toolworld", seed=0)  # noqa: E731
     groups = stored_groups(args.root, "toolworld")
     if args.single_calls:
@@ -83,16 +122,7 @@ def main() -> None:
                                duplicate_jaccard=args.duplicate_jaccard, existing=[], seed=0, samples=samples,
                                prefill_effect=prefill == "effect")  # fmt: skip
         seconds = time.perf_counter() - started
-        verdicts, siblings = Counter(), sibling_duplicates(rows)
-        for row in (r for r in rows if r["status"] == "ok"):  # as the verify stage: siblings stand in
-            for wording in (row, *siblings.get(row["candidate_id"], [])):
-                try:
-                    check_candidate(make_env, wording, [], VerifySettings())
-                    verdicts["passes"] += 1
-                    print(f"  passes: {wording['query'][:90]!r} {wording['solution'][:90]}", flush=True)
-                    break
-                except Rejected as exc:
-                    verdicts[str(exc).split(":")[0]] += 1
+        verdicts = environment_verdicts(make_env, rows)
         statuses = Counter(r["status"] for r in rows)
         print(f"samples {samples}, prefill {prefill}: {dict(statuses)} in {seconds:.0f} s; ok candidates -> {dict(verdicts)}",
               flush=True)  # fmt: skip
