@@ -79,7 +79,7 @@ def recheck(root: Path, runs: str) -> None:
     batch, through this checkout's environment checks: what a verification change does to real output."""
     make_env = lambda: envs.make("toolworld", seed=0)  # noqa: E731
     rows = duckdb.sql(f"SELECT * FROM read_parquet('{root}/run=*/round=*/stage=abstract/candidates.parquet', "
-                      "hive_partitioning = true) WHERE run LIKE $runs ORDER BY run, round",
+                      "hive_partitioning = true) WHERE run LIKE $runs",  # file order: the stage's order
                       params={"runs": runs}).df().to_dict("records")  # fmt: skip
     batches: dict[tuple, list[dict]] = {}
     for row in rows:

@@ -293,14 +293,15 @@ def check_named_object(task: Task, results: list[str]) -> None:
         value, _ = json.JSONDecoder().raw_decode(results[-1] if results else "")
     except ValueError:
         return
-    objects = [(o, "\n".join(json.dumps(v) for v in o.values())) for o in _objects(value)]
-    named = {id(o) for o, text in objects for literal in query_literals("\n".join(task.turns))
-             if any(str(v).lower() == literal.lower() for v in o.values())}  # fmt: skip
-    if len(named) != 1 or not answers:
+    literals = {v.lower() for v in query_literals("\n".join(task.turns))}
+    objects = _objects(value)
+    named = [i for i, o in enumerate(objects) if any(str(v).lower() in literals for v in o.values())]
+    if not answers or len(named) != 1:
         return
-    own = next(text for o, text in objects if id(o) in named)
+    texts = ["\n".join(json.dumps(v) for v in o.values()) for o in objects]
+    own, others = texts[named[0]], texts[: named[0]] + texts[named[0] + 1 :]
     for answer in answers:
-        if not answer_found(answer, own) and any(answer_found(answer, text) for o, text in objects if id(o) not in named):
+        if not answer_found(answer, own) and any(answer_found(answer, text) for text in others):
             raise Rejected(f"misread: answer {short_text(answer, 60)} is another object's value than the one "
                            "the query names")  # fmt: skip
 
