@@ -10,7 +10,7 @@ round), regrouped with `stages.abstract.build_groups` (`--single-calls`: and eac
 `single_call_groups`). For each `--samples` value and `--prefill` way of starting a one-call reply (`plain`:
 the solution; `effect`: also what the call did, `evolve.abstract_prefill_effect`) the teacher (the model
 in process, the learning config's sampling) abstracts every group through `stages.abstract.abstract_groups`,
-and every `ok` candidate goes through `stages.verify.check_candidate` (replay, read answers, effect,
+and every `ok` candidate goes through `stages.verify.check_solutions` (replay, read answers, effect,
 solvability, grounding, reference replay; no policy attempt), its sibling duplicates in its place while
 it fails, as in the verify stage. Prints candidates by status, the solutions that pass (`passes`) and the
 reasons of every wording discarded on the way. `--recheck RUNS`: no teacher; the stored candidates of the
@@ -35,7 +35,7 @@ from llm.models import load_model
 from stages.abstract import abstract_groups, build_groups, single_call_groups
 from stages.datasets import task_from_row
 from stages.teacher import EngineTeacher, TeacherSettings
-from stages.verify import Rejected, VerifySettings, check_candidate, sibling_duplicates
+from stages.verify import VerifySettings, check_solutions
 
 
 def stored_groups(root: Path, env_name: str) -> list:
@@ -61,16 +61,12 @@ def stored_groups(root: Path, env_name: str) -> list:
 def environment_verdicts(make_env, rows: list[dict]) -> Counter:
     """Verification's environment checks (no policy attempt) over one batch of candidate rows, siblings
     standing in for a discarded candidate as in the verify stage: solutions that pass, reasons of the rest."""
-    verdicts, siblings = Counter(), sibling_duplicates(rows)
-    for row in (r for r in rows if r["status"] == "ok"):
-        for wording in (row, *siblings.get(row["candidate_id"], [])):
-            try:
-                check_candidate(make_env, wording, [], VerifySettings())
-                verdicts["passes"] += 1
-                print(f"  passes: {wording['query'][:90]!r} {wording['solution'][:90]}", flush=True)
-                break
-            except Rejected as exc:
-                verdicts[str(exc).split(":")[0]] += 1
+    verdicts = Counter()
+    for passed, rejected in check_solutions(make_env, rows, [], VerifySettings()):
+        verdicts.update(reason.split(":")[0] for _, reason in rejected)
+        if passed is not None:
+            verdicts["passes"] += 1
+            print(f"  passes: {passed.row['query'][:90]!r} {passed.row['solution'][:90]}", flush=True)
     return verdicts
 
 

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -253,14 +253,20 @@ def check_effect(task: Task, before: str | None, after: str | None, results: lis
         raise Rejected("no effect: the solution changes nothing and the task asks for no answer")
 
 
+def last_result(results: list[str]) -> Any:
+    """The solution's last result as JSON (whatever text an environment appends after it, a tool-world
+    note, left out), else its text."""
+    text = results[-1] if results else ""
+    try:
+        return json.JSONDecoder().raw_decode(text)[0]
+    except ValueError:
+        return text
+
+
 def read_answers(task: Task, results: list[str]) -> list[str]:
     """What a read-only task that names no answer asks for: the values of its last result that the query
     and the solution's arguments do not already name (Rejected when there is none or too many)."""
-    text = results[-1] if results else ""
-    try:  # a JSON result, with whatever text an environment appends after it (a tool-world note)
-        value, _ = json.JSONDecoder().raw_decode(text)
-    except ValueError:
-        value = text
+    value = last_result(results)
     known = "\n".join([*task.turns, *(json.dumps(c.arguments) for t in task.solution or [] for c in t)])
     new = [str(v) for v in dict.fromkeys(_literals(value)) if not answer_found(str(v), known)]
     new = [v for v in new if v.strip() and len(v) <= MAX_ANSWER_CHARS]
@@ -289,12 +295,8 @@ def check_named_object(task: Task, results: list[str]) -> None:
     a list of accounts), an answer found only among another object's values is a misread (Rejected): a
     small teacher copies the first balance it sees, and the policy, answering the question asked, fails."""
     answers = [str(a) for turn in task.checker.get("answers") or [] for a in turn]
-    try:
-        value, _ = json.JSONDecoder().raw_decode(results[-1] if results else "")
-    except ValueError:
-        return
     literals = {v.lower() for v in query_literals("\n".join(task.turns))}
-    objects = _objects(value)
+    objects = _objects(last_result(results))
     named = [i for i, o in enumerate(objects) if any(str(v).lower() in literals for v in o.values())]
     if not answers or len(named) != 1:
         return
@@ -421,17 +423,10 @@ def verify_candidates(
     if not settings.verify:
         return {"verifications": _unverified(policy.version, candidates, lineage), "trajectories": [], "steps": []}
     pool = [(task_signature(t), " ".join(t.turns), t.id) for t in held_out]
-    siblings = sibling_duplicates(candidates)
     checked, rows = [], []
-    for row in (r for r in candidates if r["status"] == "ok"):
-        for wording in (row, *siblings.get(row["candidate_id"], [])):  # the first that passes stands for all
-            try:
-                checked.append(check_candidate(make_env, wording, pool, settings))
-                break
-            except Rejected as exc:
-                rows.append(_row(wording, policy.version, "discard", str(exc)))
-            except Exception as exc:  # an environment that breaks on a candidate: a row, not a crash
-                rows.append(_row(wording, policy.version, "discard", f"error: {short_text(str(exc), 300)}"))
+    for passed, rejected in check_solutions(make_env, candidates, pool, settings):
+        rows += [_row(wording, policy.version, "discard", reason) for wording, reason in rejected]
+        checked += [passed] if passed is not None else []
     jobs = [(c.task, k) for c in checked for k in range(settings.attempts)]
     episodes = run_episodes(
         policy.engine, policy.chat, make_env, jobs, settings.sampling(), settings.limits, seed=settings.seed
@@ -441,6 +436,28 @@ def verify_candidates(
         attempts = trajectories[i * settings.attempts : (i + 1) * settings.attempts]
         rows.append(_judged(c, attempts, policy.version, lineage.get(c.row["exploration_id"], {})))
     return {"verifications": rows, "trajectories": trajectories, "steps": step_rows(episodes, trajectories)}
+
+
+def check_solutions(
+    make_env: Callable[[], Environment],
+    candidates: list[dict],
+    held_out: list[tuple[str, str, str]],
+    settings: VerifySettings,
+) -> Iterator[tuple[Checked | None, list[tuple[dict, str]]]]:
+    """Per `ok` candidate: the first of its wordings (itself, then its `sibling_duplicates`) that passes
+    the environment checks (None when none does), and the wordings discarded on the way with their reasons."""
+    siblings = sibling_duplicates(candidates)
+    for row in (r for r in candidates if r["status"] == "ok"):
+        passed, rejected = None, []
+        for wording in (row, *siblings.get(row["candidate_id"], [])):
+            try:
+                passed = check_candidate(make_env, wording, held_out, settings)
+                break
+            except Rejected as exc:
+                rejected.append((wording, str(exc)))
+            except Exception as exc:  # an environment that breaks on a candidate: a row, not a crash
+                rejected.append((wording, f"error: {short_text(str(exc), 300)}"))
+        yield passed, rejected
 
 
 def sibling_duplicates(candidates: list[dict]) -> dict[str, list[dict]]:
