@@ -592,14 +592,35 @@ def _warm_start_line(plan: Plan) -> str:
             f"(stages/warm_start.py).")  # fmt: skip
 
 
+def describe_runs(runs: Sequence[str]) -> str:
+    """Run names of this benchmark as arms with seed ranges, e.g. `grpo s0-9, 13; coevolve s0-9`."""
+    seeds: dict[str, list[int]] = {}
+    for name in runs:
+        arm, _, seed = name.removeprefix("learning-").rpartition("-s")
+        seeds.setdefault(arm, []).append(int(seed))
+    return "; ".join(f"{arm} s{seed_ranges(numbers)}" for arm, numbers in seeds.items())
+
+
+def seed_ranges(seeds: Sequence[int]) -> str:
+    """`[0, 1, 2, 5]` -> `0-2, 5`."""
+    spans: list[list[int]] = []
+    for seed in sorted(set(seeds)):
+        if spans and seed == spans[-1][1] + 1:
+            spans[-1][1] = seed
+        else:
+            spans.append([seed, seed])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
 def _provenance_lines(from_record: Sequence[str], missing: Sequence[str], out: Path) -> list[str]:
     lines = []
     if from_record:
-        lines += [f"Held-out outcomes of {', '.join(from_record)} come from `{out / OUTCOMES}`, recorded by an "
-                  "earlier invocation of this plan: those runs are not in this storage root, so the per-run "
+        lines += [f"Held-out outcomes of {describe_runs(from_record)} come from `{out / OUTCOMES}`, recorded by "
+                  "an earlier invocation of this plan: those runs are not in this storage root, so the per-run "
                   "tables below leave them out.", ""]  # fmt: skip
     if missing:
-        lines += [f"No held-out outcomes yet for {', '.join(missing)}.", ""]
+        lines += [f"No held-out outcomes of this plan yet for {describe_runs(missing)}: the tables leave them out.",
+                  ""]  # fmt: skip
     return lines
 
 
@@ -619,7 +640,7 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
     plot(curve, out / "curves.png")
     final = plan.rounds
     parts = [f"# Learning benchmark ({time.strftime('%Y-%m-%d')})", "",
-             f"config `{plan.config}`, {plan.rounds} rounds, seeds {plan.seeds} (grpo, coevolve), "
+             f"config `{plan.config}`, {plan.rounds} rounds, runs {describe_runs(planned)}, "
              f"overrides {' '.join(plan.overrides) or '(none)'}", "", _warm_start_line(plan), "",
              *_provenance_lines(from_record, missing, out),
              "## Held-out success per arm (mean over seeds)", "",

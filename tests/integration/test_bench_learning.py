@@ -80,6 +80,14 @@ def test_first_seed_runs_the_later_seeds_and_reports_every_seed():
         Plan.make(quick=False, seeds=3, first_seed=3)
 
 
+def test_report_names_runs_as_arms_with_seed_ranges():
+    from benchmarks.learning import describe_runs
+
+    runs = ["learning-grpo-s0", "learning-coevolve-s0", "learning-no-verify-s0", "learning-grpo-s1",
+            "learning-coevolve-s1", "learning-grpo-s2", "learning-grpo-s5"]  # fmt: skip
+    assert describe_runs(runs) == "grpo s0-2, 5; coevolve s0-1; no-verify s0"
+
+
 def test_teacher_output_counts_candidates_by_status_and_folds_reasons(tmp_path):
     from benchmarks.learning import rejection_reasons, teacher_output
     from storage.layout import RunLayout
