@@ -22,7 +22,8 @@ Every arm starts from one warm-started checkpoint (`--warm-start-tasks`, default
 model as is): SmolLM2-135M solves almost no tool-world task zero-shot, so no GRPO group would hold both
 outcomes and no boundary or forgetting signal could fire. `rl/warm_start.py` fine-tunes it for 2 epochs
 on reference solutions of fresh tasks of the training families (never a task of any split); the
-checkpoint is built once under `<root>/warm-start/` (about 6 minutes) and reused.
+checkpoint is built once under `<root>/warm-start/` (about 6 minutes) and reused; both checkpoints are
+named by content keys that leave the root out, so a copy of `<root>/warm-start/` serves another root.
 
 The evolving arms share one teacher of their own (`--teacher-tasks`, default 48; 0 = the config's
 teacher, which in the learning config is the policy): the warm start fine-tuned on the teacher's

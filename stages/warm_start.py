@@ -261,8 +261,12 @@ MAX_DISTRACTORS = 3
 
 def teacher_key(config: CoevolveConfig, start: Path | str, settings: WarmStart, *,
                 max_distractors: int = MAX_DISTRACTORS) -> str:  # fmt: skip
-    """The directory name of `teacher_checkpoint`'s checkpoint: what it is trained from and on."""
-    key = content_hash({"start": str(start), "settings": asdict(settings), "max_distractors": max_distractors,
+    """The directory name of `teacher_checkpoint`'s checkpoint: what it is trained from and on. A `start`
+    built by this module is named by its own content key, which stands for it: the teacher built on a
+    storage root's warm start keeps its key when the root moves or is copied."""
+    built = (Path(start) / RECORD).is_file()
+    key = content_hash({"start": Path(start).name if built else str(start), "settings": asdict(settings),
+                        "max_distractors": max_distractors,
                         "replies": ["abstract", "reflect", "explore"],
                         "env": config.env.name, "options": config.env.options,
                         "max_tasks": config.evolve.max_tasks_per_group}, length=12)  # fmt: skip

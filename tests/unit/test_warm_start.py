@@ -103,6 +103,21 @@ def test_teacher_checkpoint_starts_from_a_checkpoint_and_is_built_once(tmp_path)
     assert model.config.model_type == "llama"
 
 
+def test_teacher_key_follows_a_built_start_across_storage_roots_and_a_plain_path_as_given(tmp_path):
+    from stages.warm_start import teacher_key
+
+    config = load_config(CONFIGS / "test-tiny.yaml")
+    settings = WarmStart(tasks=4, seed=1)
+    starts = [tmp_path / root / "warm-start" / "73f099cdb003" for root in ("a", "b")]
+    plain = [tmp_path / "c" / "73f099cdb003", tmp_path / "d" / "73f099cdb003"]
+    for start in starts:
+        start.mkdir(parents=True)
+        (start / RECORD).write_text("{}")
+    assert teacher_key(config, starts[0], settings) == teacher_key(config, starts[1], settings)
+    assert teacher_key(config, plain[0], settings) != teacher_key(config, plain[1], settings)
+    assert teacher_key(config, starts[0], settings) != teacher_key(config, starts[0], WarmStart(tasks=8, seed=1))
+
+
 def test_warm_start_settings_are_validated():
     with pytest.raises(ValueError, match="epochs"):
         WarmStart(epochs=0)
