@@ -100,6 +100,8 @@ _QUERY_LITERAL = re.compile(
     r"|((?<![\w.])/[\w./-]*\w)"  # /a/path
     r"|([\w.-]*\d[\w.-]*)"  # a number or an identifier with a digit: 125.39, TRV-4, 2026-12-01
 )
+_NUMBER_TEXT = re.compile(r"^-?\d[\d,]*(?:\.\d+)?$")
+"""An answer that is a plain number (`1,631.10`, `-3`, `42`)."""
 
 
 class Rejected(ValueError):
@@ -253,6 +255,16 @@ def check_effect(task: Task, before: str | None, after: str | None, results: lis
         raise Rejected("no effect: the solution changes nothing and the task asks for no answer")
 
 
+def check_answers_asked(task: Task) -> None:
+    """A text answer the query itself states is not asked for (Rejected as `leaked`): "Read /work/budget.txt
+    and tell me the ticket number: pepper-4916." gives its answer away. Numbers are left alone: a count or
+    an amount may equal a quantity the query names."""
+    query = "\n".join(task.turns)
+    for answer in (str(a) for turn in task.checker.get("answers") or [] for a in turn):
+        if not _NUMBER_TEXT.match(answer) and answer_found(answer, query):
+            raise Rejected(f"leaked: answer {short_text(answer, 60)} is stated in the query")
+
+
 def last_result(results: list[str]) -> Any:
     """The solution's last result as JSON (whatever text an environment appends after it, a tool-world
     note, left out), else its text."""
@@ -389,6 +401,7 @@ def check_candidate(
             derived = read_answers(task, results)
             task = candidate_task({**row, "answers": json.dumps(derived)})
     check_effect(task, before, after, results)
+    check_answers_asked(task)
     check_named_object(task, results)
     check_solvable(task, results)
     check_grounded(task, results, settings.grounding)
@@ -622,4 +635,4 @@ def compute_verify(ctx: RunContext, round_: int, key: str) -> StageResult:
     return StageResult(artifacts, {o: outcomes.count(o) for o in ("accept", "retain", "discard")})
 
 
-VERIFY = StageDef("verify", 8, ("evolve", "env", "rollout", "eval", "run"), _inputs, compute_verify)
+VERIFY = StageDef("verify", 9, ("evolve", "env", "rollout", "eval", "run"), _inputs, compute_verify)

@@ -574,6 +574,28 @@ def test_an_answer_read_off_another_object_than_the_query_names_is_a_misread(wor
     assert checked.task.checker["answers"] == [[f"{a['balance']:.2f}"]]
 
 
+def test_a_text_answer_the_query_states_is_leaked_and_a_number_is_left_alone(world):
+    from stages.verify import Rejected, check_candidate
+
+    lookup = family(world.train, "file_lookup")
+    path, text = next(iter(lookup.initial_state["files"]["files"].items()))
+    value = text.split(": ")[-1]
+    read = [{"name": "read_file", "arguments": {"path": path}}]
+    with pytest.raises(Rejected, match=f"^leaked: answer {value} is stated in the query"):
+        check_candidate(make_env, candidate(lookup, f"Read {path} and tell me the code: {value}.", read, [value],
+                                            "leaked"), [], VerifySettings())  # fmt: skip
+    checked = check_candidate(make_env, candidate(lookup, f"Read {path} and tell me the code.", read, [value],
+                                                  "asked"), [], VerifySettings())  # fmt: skip
+    assert checked.task.checker["answers"] == [[value]]
+    bank = family(world.train, "bank_balance")
+    account, state = next(iter(bank.initial_state["bank"]["accounts"].items()))
+    balance = f"{state['balance']:.2f}"
+    reads = [{"name": "get_balance", "arguments": {"account_id": account}}]
+    checked = check_candidate(make_env, candidate(bank, f"Is the balance of {account} still {balance}? Tell me it.",
+                                                  reads, [balance], "number"), [], VerifySettings())  # fmt: skip
+    assert checked.task.checker["answers"] == [[balance]]
+
+
 def test_a_discarded_candidate_hands_over_to_its_sibling_duplicates(tokenizer, world):
     """The first wording of a solution is discarded (an instruction over a read): the next duplicate of
     it is checked in its place and stands for the solution; later ones and duplicates of a dataset task
