@@ -641,7 +641,7 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
     plot(curve, out / "curves.png")
     final = plan.rounds
     parts = [f"# Learning benchmark ({time.strftime('%Y-%m-%d')})", "",
-             f"config `{plan.config}`, {plan.rounds} rounds, runs {describe_runs(planned)}, "
+             f"config `{plan.config}`, {plan.rounds} rounds, planned runs {describe_runs(planned)}, "
              f"overrides {' '.join(plan.overrides) or '(none)'}", "", _warm_start_line(plan), "",
              *_provenance_lines(from_record, missing, out),
              "## Held-out success per arm (mean over seeds)", "",
