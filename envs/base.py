@@ -110,6 +110,15 @@ class Evaluation(BaseModel):
     reward: float
     success: bool
     details: dict[str, Any] = Field(default_factory=dict)
+    progress: float | None = None
+    """How much of the task's outcome the episode achieved, in [0, 1], where the reward also pays for how
+    the episode went (the tool world's credit for calls that ran or parsed); None: the reward is all outcome."""
+
+    @property
+    def outcome_credit(self) -> float:
+        """`progress` where the environment reports it, else the reward: what the paper's "positive
+        reward" measures (a partly done task), never credit for merely calling a tool."""
+        return self.reward if self.progress is None else self.progress
 
 
 @runtime_checkable

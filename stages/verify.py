@@ -41,11 +41,12 @@ solution (`sibling_duplicates`), checked in order until one passes: it stands fo
 Then the current policy (after round r-1; after round r with `evolve.verify_after_update`) attempts
 the survivors (`evolve.verify_attempts`, greedy when 1): success -> `accept`, a failure with positive
 reward -> `retain`, else `discard` (the paper's rule).
-"Positive" is measured against an idle answer (`idle_reward`: every turn answered without a tool call):
-a reward is positive when it beats that floor. Where doing nothing scores 0 (BFCL, AppWorld) this is
-the paper's rule as written; in the tool world, whose shaped reward gives any attempt credit (0.05 for a
-call that ran, 0.04 for parsing, a share of checks for a state left untouched), a 0 floor retained every
-attempted task, the ill-posed ones included (benchmarks/RESULTS.md).
+"Positive reward" means part of the task done: the attempt's `Evaluation.outcome_credit` (the reward where
+it is all outcome, as in BFCL and AppWorld; the share of checks passed in the tool world, whose reward also
+pays 0.05 for a call that ran and 0.04 for parsing) beats an idle answer's (`idle_evaluation`: every turn
+answered without a tool call, which scores 0 in BFCL and AppWorld, and passes a read-only tool-world task's
+state check). Weighing the tool world's reward instead retained, on shaping credit alone, every failed
+read-only task, and those were the ill-posed ones (benchmarks/RESULTS.md).
 
 `evolve.verify: false` is the paper's no-verification ablation: every `ok` candidate is accepted with a
 lenient checker (failing solution calls skipped, unseen answers dropped), with no checks and no attempts. Writes
@@ -61,7 +62,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from envs.base import Environment, Task, ToolCall, content_hash
+from envs.base import Environment, Evaluation, Task, ToolCall, content_hash
 from envs.replay import replay_reference
 from envs.toolworld.checker import answer_found
 from llm.engine import SamplingParams
@@ -119,8 +120,9 @@ class Checked:
     """Answers taken from the solution's last result (the teacher named none), else empty."""
     dropped_answers: tuple[str, ...] = ()
     """Answers the teacher named for a state-changing task whose query asks for none (not required)."""
-    idle_reward: float = 0.0
-    """What an idle answer earns on the task: a failed attempt is retained only above it."""
+    idle_credit: float = 0.0
+    """What an idle answer achieves of the task (`Evaluation.outcome_credit`): a failed attempt is
+    retained only above it."""
 
 
 @dataclass(frozen=True)
@@ -351,15 +353,15 @@ def check_grounded(task: Task, results: list[str], least: float) -> None:
                        f"({len(literals) - len(missing)} of {len(literals)} literals grounded)")  # fmt: skip
 
 
-def idle_reward(make_env: Callable[[], Environment], task: Task) -> float:
-    """The reward of an agent that answers every turn without calling a tool (`IDLE_REPLY`)."""
+def idle_evaluation(make_env: Callable[[], Environment], task: Task) -> Evaluation:
+    """The evaluation of an agent that answers every turn without calling a tool (`IDLE_REPLY`)."""
     env = make_env()
     try:
         env.reset(task)
         for _ in task.turns:
             if env.step(IDLE_REPLY).done:
                 break
-        return env.evaluate().reward
+        return env.evaluate()
     finally:
         env.close()
 
@@ -412,7 +414,8 @@ def check_candidate(
         env.close()
     if not evaluation.success:
         raise Rejected("checker: the reference solution does not satisfy the derived checker")
-    return Checked(row, task, after, tuple(derived), tuple(dropped), idle_reward(make_env, task))
+    return Checked(row, task, after, tuple(derived), tuple(dropped),
+                   idle_evaluation(make_env, task).outcome_credit)
 
 
 # --- the verification ---------------------------------------------------------------------------
@@ -446,8 +449,9 @@ def verify_candidates(
     )
     trajectories = trajectory_rows(episodes, run=run, round_=round_, source="verify", policy=policy.version)
     for i, c in enumerate(checked):
-        attempts = trajectories[i * settings.attempts : (i + 1) * settings.attempts]
-        rows.append(_judged(c, attempts, policy.version, lineage.get(c.row["exploration_id"], {})))
+        span = slice(i * settings.attempts, (i + 1) * settings.attempts)
+        credit = max(ep.evaluation.outcome_credit for ep in episodes[span])
+        rows.append(_judged(c, trajectories[span], credit, policy.version, lineage.get(c.row["exploration_id"], {})))
     return {"verifications": rows, "trajectories": trajectories, "steps": step_rows(episodes, trajectories)}
 
 
@@ -521,7 +525,8 @@ def _unverified(policy: str, candidates: list[dict], lineage: dict[str, dict]) -
 UNVERIFIED = "admitted without verification (evolve.verify: false)"
 
 
-def _judged(c: Checked, attempts: list[dict], policy: str, lineage: dict) -> dict:
+def _judged(c: Checked, attempts: list[dict], credit: float, policy: str, lineage: dict) -> dict:
+    """The paper's rule on the policy's `attempts`; `credit`: the most of the task one of them did."""
     reward, success = max(t["reward"] for t in attempts), any(t["success"] for t in attempts)
     n = len(attempts)
     if success:
@@ -529,13 +534,16 @@ def _judged(c: Checked, attempts: list[dict], policy: str, lineage: dict) -> dic
             "accept",
             f"the policy solved it ({sum(t['success'] for t in attempts)}/{n} attempts)",
         )
-    elif reward > c.idle_reward:
-        outcome, reason = "retain", f"the policy failed with partial reward {reward:.2f} (best of {n})"
+    elif credit > c.idle_credit:
+        outcome = "retain"
+        reason = (f"the policy failed having done part of the task: progress {credit:.2f} above an idle "
+                  f"answer's {c.idle_credit:.2f} (best of {n}; reward {reward:.2f})")  # fmt: skip
     elif reward == 0:
         outcome, reason = "discard", f"the policy failed with zero reward ({n} attempts)"
     else:
         outcome = "discard"
-        reason = f"the policy failed with reward {reward:.2f}, no more than an idle answer's {c.idle_reward:.2f} (best of {n})"
+        reason = (f"the policy failed doing no more of the task than an idle answer: progress {credit:.2f}, "
+                  f"idle {c.idle_credit:.2f} (best of {n}; reward {reward:.2f})")  # fmt: skip
     if c.read_answers:
         reason += f"; answers read from the solution's last result: {', '.join(c.read_answers)}"
     if c.dropped_answers:
@@ -635,4 +643,4 @@ def compute_verify(ctx: RunContext, round_: int, key: str) -> StageResult:
     return StageResult(artifacts, {o: outcomes.count(o) for o in ("accept", "retain", "discard")})
 
 
-VERIFY = StageDef("verify", 9, ("evolve", "env", "rollout", "eval", "run"), _inputs, compute_verify)
+VERIFY = StageDef("verify", 10, ("evolve", "env", "rollout", "eval", "run"), _inputs, compute_verify)

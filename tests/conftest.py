@@ -33,8 +33,8 @@ def prefect_api():
 def use_oracle_engine(mp: pytest.MonkeyPatch) -> None:
     """Make every policy loaded from now on generate with the named fake `OracleEngine` (solves every
     other episode of a test-tiny training task; on any other task it calls the tools that need no
-    argument, which earns more than an idle answer: verification retains synthesized tasks); the tiny
-    model is still the one trained."""
+    argument and quotes the last result, which answers the scripted teacher's synthesized tasks:
+    verification admits them); the tiny model is still the one trained."""
     import envs
     from flows.config import load_config
     from stages.policy import Policy

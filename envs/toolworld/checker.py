@@ -22,6 +22,8 @@ Reward: 1.0 on success; otherwise a partial credit that stays below 0.5 (so succ
 The last three terms make failed episodes differ when they differ in how close they came (a malformed
 call, a hallucinated tool, the right tool with wrong arguments, a call that ran), so that a GRPO group of
 failures, the common case for a small model, still carries a learning signal.
+`Evaluation.progress` is the fraction of checks passed alone: how much of the task got done, the
+measure verification's retain rule weighs.
 """
 
 from __future__ import annotations
@@ -146,4 +148,5 @@ def score(
         "solution_tools_used": round(coverage, 4),
         "mismatched_apps": [app for app, ok in apps.items() if not ok],
     }
-    return Evaluation(reward=1.0 if success else round(partial, 4), success=success, details=details)
+    return Evaluation(reward=1.0 if success else round(partial, 4), success=success, details=details,
+                      progress=round(passed / max(total, 1), 4))

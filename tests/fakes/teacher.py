@@ -5,7 +5,8 @@
   reply, then "Done." with the turn's answers. `solve="never"` makes it give up instead; `"alternate"`
   solves every other episode of a task (so GRPO groups hold successes and failures: boundary signals).
   With `explore_unknown`, a request it does not know (unguided exploration, an exploration's follow-up
-  turn) gets one call of each offered tool that needs no argument.
+  turn, a synthesized task) gets one call of each offered tool that needs no argument, then a reply that
+  quotes the last result.
 - `ScriptedTeacher` (a fake `stages.teacher.Teacher`): reflections and abstractions come from scripted
   lists (cycled; malformed replies welcome) or, by default, from `valid_reflection` / `abstract_from_calls`,
   which build well-formed replies from the prompt; exploration episodes run on an `OracleEngine`.
@@ -30,6 +31,9 @@ GIVE_UP = "I cannot help with that."
 _CALLS = re.compile(r"OBSERVED CALLS \(JSON\):\n(.*)\n")
 _ASSISTANT = "<|im_start|>assistant\n"
 _USER_TURN = re.compile(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", re.DOTALL)
+_TOOL_RESULT = re.compile(
+    r"<tool_response>(.*?)</tool_response>|<\|im_start\|>tool\n(.*?)<\|im_end\|>", re.DOTALL
+)
 _NO_ARGUMENT_TOOL = re.compile(r"^(\w+)\((?:\w+\?: [^,)]+(?:, )?)*\)", re.MULTILINE)
 
 
@@ -106,7 +110,13 @@ class OracleEngine:
         tools = [m.group(1) for m in _NO_ARGUMENT_TOOL.finditer(listed)]
         requests = _requests(prompt)
         done = prompt[requests[-1].end() :].count(_ASSISTANT) - 1 if requests else 0
-        return render_tool_call(ToolCall(name=tools[done])) if done < len(tools) else "Done exploring."
+        if done < len(tools):
+            return render_tool_call(ToolCall(name=tools[done]))
+        results = [
+            m.group(1) or m.group(2)
+            for m in _TOOL_RESULT.finditer(prompt[requests[-1].end() :] if requests else prompt)
+        ]
+        return f"Done exploring. {results[-1].strip()}" if results else "Done exploring."
 
     def _solves(self, task: Task) -> bool:
         count = self.episodes.get(task.id, 0)
@@ -135,19 +145,21 @@ def valid_reflection(prompt: str) -> str:
 
 
 def abstract_from_calls(prompt: str) -> str:
-    """A well-formed abstraction: one task solved by all observed calls, quoting every argument."""
+    """A well-formed abstraction: one task solved by all observed calls, quoting every argument, asking
+    for a value of the results that the query does not state."""
     match = _CALLS.search(prompt)
     calls = json.loads(match.group(1)) if match else []
     if not calls:
         return "[]"
     parts = [c["tool"] + "".join(f" with {k} '{v}'" for k, v in c["arguments"].items()) for c in calls]
-    answers = next((a for a in (_answer_of(c["result"]) for c in reversed(calls)) if a), [])
-    query = "Please use " + "; then ".join(parts) + (". Tell me the result." if answers else ".")
+    query = "Please use " + "; then ".join(parts)
+    new = (v for c in reversed(calls) for v in _scalars(c["result"]) if v.lower() not in query.lower())
+    answers = [v] if (v := next(new, None)) is not None else []
     return json.dumps(
         [
             {
                 "intent": "replay what worked",
-                "query": query,
+                "query": query + (". Tell me the result." if answers else "."),
                 "solution": list(range(len(calls))),
                 "answers": answers,
             }
@@ -155,15 +167,21 @@ def abstract_from_calls(prompt: str) -> str:
     )
 
 
-def _answer_of(result: str) -> list[str]:
-    """A value to report from a read-only result (the last scalar of its JSON), else none."""
+def _scalars(result: str) -> list[str]:
+    """The values to report from a read-only result (its JSON scalars, last first), else none."""
     try:
         value = json.loads(result)
     except ValueError:
         return []
-    while isinstance(value, dict | list) and value:
-        value = list(value.values())[-1] if isinstance(value, dict) else value[-1]
-    return [str(value)] if isinstance(value, str | int | float) and not isinstance(value, bool) else []
+    found: list[str] = []
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict | list):
+            stack.extend(node.values() if isinstance(node, dict) else node)
+        elif isinstance(node, str | int | float) and not isinstance(node, bool):
+            found.append(str(node))
+    return found
 
 
 class ScriptedTeacher:

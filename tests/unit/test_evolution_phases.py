@@ -463,10 +463,18 @@ def verified(tokenizer, world):
         ),
         candidate(
             bank,
+            f"Move 5 from {acc_a} to {acc_b}, then tell me the new balance of {acc_b}.",  # the fake policy
+            [{"name": "transfer", "arguments": {"from_account": acc_a, "to_account": acc_b, "amount": 5}},
+             {"name": "get_balance", "arguments": {"account_id": acc_b}}],  # moves it, states no balance
+            [f"{b['balance'] + 5:.2f}"],
+            "retain",
+        ),
+        candidate(
+            bank,
             f"How much is in {acc_b}?",  # the fake policy reads the balance but does not state it
             [{"name": "get_balance", "arguments": {"account_id": acc_b}}],
             [f"{b['balance']:.2f}"],
-            "retain",
+            "called",
         ),
         candidate(
             bank,
@@ -537,8 +545,8 @@ def verified(tokenizer, world):
         ),
         candidate(bank, "ignored", [], [], "unparsable", status="unparsable"),
     ]
-    known, half_known = candidate_task(rows[0]), candidate_task({**rows[1], "answers": "[]"})
-    policy = SimpleNamespace(engine=OracleEngine(tokenizer, [known, half_known]), version="policy-v1")
+    known, half_known = candidate_task(rows[0]), [candidate_task({**r, "answers": "[]"}) for r in rows[1:3]]
+    policy = SimpleNamespace(engine=OracleEngine(tokenizer, [known, *half_known]), version="policy-v1")
     from llm.chat import ChatFormat
 
     policy.chat = ChatFormat(tokenizer)
@@ -633,14 +641,20 @@ def test_a_discarded_candidate_hands_over_to_its_sibling_duplicates(tokenizer, w
 def test_verify_outcomes(verified):
     v = verified.by_candidate
     assert set(v) == {
-        "accept", "retain", "idle", "zero", "read", "noeffect", "instruction", "named", "action",
+        "accept", "retain", "called", "idle", "zero", "read", "noeffect", "instruction", "named", "action",
         "ungrounded", "unsolvable", "badcall", "contaminated",
     }  # fmt: skip
     assert (v["accept"]["outcome"], v["accept"]["reward"], v["accept"]["success"]) == ("accept", 1.0, True)
+    # part of the task done (the transfer, not the balance asked for): retained
     assert v["retain"]["outcome"] == "retain" and 0 < v["retain"]["reward"] < 0.5
-    # giving up earns the shaped reward's floor, which is no progress: not retained
-    assert (v["idle"]["outcome"], v["idle"]["reward"]) == ("discard", pytest.approx(0.175))
-    assert v["idle"]["reason"] == "the policy failed with reward 0.17, no more than an idle answer's 0.17 (best of 2)"
+    assert v["retain"]["reason"].startswith("the policy failed having done part of the task: progress 0.50 above "
+                                            "an idle answer's 0.00")  # fmt: skip
+    # a call that ran and parsed earns shaping credit, and giving up the shaped reward's floor: neither
+    # is any more of the task done than by an idle answer, so neither is retained
+    assert (v["called"]["outcome"], v["idle"]["outcome"]) == ("discard", "discard")
+    assert v["called"]["reward"] > v["idle"]["reward"] == pytest.approx(0.175)
+    assert v["idle"]["reason"] == ("the policy failed doing no more of the task than an idle answer: progress "
+                                   "0.50, idle 0.50 (best of 2; reward 0.17)")  # fmt: skip
     assert (v["zero"]["outcome"], v["zero"]["reward"]) == ("discard", 0.0)
     assert v["zero"]["reason"] == "the policy failed with zero reward (2 attempts)"
     assert v["noeffect"]["reason"].startswith("no effect") and "new values (at most 3" in v["noeffect"]["reason"]
@@ -778,7 +792,7 @@ def test_verify_admits_a_task_with_checker_lineage_and_attempt_trajectories(veri
     trajectories = verified.out["trajectories"]
     assert {t["source"] for t in trajectories} == {"verify"} and len(
         trajectories
-    ) == 5 * 2  # 5 attempted, K=2
+    ) == 6 * 2  # 6 attempted, K=2
     # the admitted task is scored by its verifiable checker like any task
     from stages.datasets import task_from_row
 

@@ -53,8 +53,8 @@ def tokenizer():
 
 def fake_context(cfg, tmp_path, tokenizer, monkeypatch, *, solve="alternate"):
     """A RunContext whose policy is an oracle engine and whose teacher is scripted. On a task it does not
-    know (a synthesized one, at verification) the policy calls the tools that need no argument: more
-    than an idle answer earns, so the task is retained."""
+    know (a synthesized one, at verification) the policy calls the tools that need no argument and quotes
+    the last result, which answers the scripted teacher's tasks: verification admits them."""
     from llm.chat import ChatFormat
     from stages.context import RunContext
 
