@@ -26,16 +26,16 @@ from collections import Counter
 from pathlib import Path
 
 import duckdb
+from coevolve.agents.teacher import EngineTeacher, TeacherSettings
+from coevolve.envs.base import Task
+from coevolve.llm.chat import ChatFormat
+from coevolve.llm.hf_engine import HfEngine
+from coevolve.llm.models import load_model
+from coevolve.stages.abstract import abstract_groups, build_groups, single_call_groups
+from coevolve.stages.verify import VerifySettings, check_solutions
+from coevolve.storage.datasets import task_from_row
 
-import envs
-from envs.base import Task
-from llm.chat import ChatFormat
-from llm.hf_engine import HfEngine
-from llm.models import load_model
-from stages.abstract import abstract_groups, build_groups, single_call_groups
-from stages.datasets import task_from_row
-from stages.teacher import EngineTeacher, TeacherSettings
-from stages.verify import VerifySettings, check_solutions
+from coevolve import envs
 
 
 def stored_groups(root: Path, env_name: str) -> list:

@@ -23,11 +23,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-
-from storage.catalog import build_catalog, query
-from storage.layout import RunLayout
-from storage.schemas import ARTIFACTS
-from storage.store import RunStore
+from coevolve.storage.catalog import build_catalog, query
+from coevolve.storage.layout import RunLayout
+from coevolve.storage.schemas import ARTIFACTS
+from coevolve.storage.store import RunStore
 
 TOOLS = [f"tool_{i}" for i in range(34)]
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 
-import envs
-from envs.toolworld.demonstrations import demonstrations
-from llm.chat import ChatFormat
-from llm.engine import SamplingParams
-from llm.hf_engine import HfEngine
-from llm.models import load_model
-from llm.toolcalls import parse_tool_calls
+from coevolve.envs.toolworld.demonstrations import demonstrations
+from coevolve.llm.chat import ChatFormat
+from coevolve.llm.engine import SamplingParams
+from coevolve.llm.hf_engine import HfEngine
+from coevolve.llm.models import load_model
+from coevolve.llm.toolcalls import parse_tool_calls
+
+from coevolve import envs
 
 
 def calls_only(messages: list[dict]) -> list[dict]:

@@ -22,10 +22,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import torch
-
-from llm.engine import SamplingParams
-from llm.hf_engine import HfEngine
-from llm.models import load_model
+from coevolve.llm.engine import SamplingParams
+from coevolve.llm.hf_engine import HfEngine
+from coevolve.llm.models import load_model
 
 
 class BatchingGenerator:

@@ -75,8 +75,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
-
-from rl.warm_start import WarmStart
+from coevolve.rl.warm_start import WarmStart
 
 ARMS: dict[str, tuple[str, ...]] = {
     "grpo": ("evolve.every=0",),
@@ -165,7 +164,7 @@ class Plan:
 
 
 def _config_rounds(config: Path) -> int:
-    from flows.config import load_config
+    from coevolve.config import load_config
 
     return load_config(config).run.rounds
 
@@ -185,14 +184,15 @@ def share_with_grpo(plan: Plan, root: Path, arm: str, seed: int) -> list[tuple[i
     config computes identically (round 0's baseline, rollout, update and evaluation, as the data evolves
     from round 0 on) are copied, not computed again. Returns the copied (round, stage) pairs; nothing when
     sharing is off, the run exists already or the grpo run has not run yet."""
-    from storage.layout import RunLayout
+    from coevolve.storage.layout import RunLayout
 
     source, target = run_name("grpo", seed), run_name(arm, seed)
     if (arm == "grpo" or not plan.share or RunLayout(root, target).rounds()
             or not RunLayout(root, source).config_path.exists()):  # fmt: skip
         return []
-    from flows.config import load_config
-    from flows.fork import fork_run
+    from coevolve.flows.fork import fork_run
+
+    from coevolve.config import load_config
 
     copied = fork_run(load_config(plan.config, run_overrides(plan, arm, seed)), root, source, target, plan.rounds)
     print(f"--- {target}: forked from {source}, {len(copied)} stages copied "
@@ -204,7 +204,7 @@ def run_arms(plan: Plan, root: Path) -> dict[str, float]:
     """Run (or finish) every run of `plan` through the real flow; returns wall seconds per run."""
     if plan.jobs > 1:
         return run_arms_in_processes(plan, root)
-    from flows.coevolve import coevolve
+    from coevolve.flows.coevolve import coevolve
 
     seconds = {}
     for arm, seed in plan.runs():
@@ -227,7 +227,7 @@ def run_arms(plan: Plan, root: Path) -> dict[str, float]:
 def run_command(plan: Plan, arm: str, seed: int, root: Path) -> list[str]:
     """The `coevolve run` command line of one run."""
     sets = [arg for override in run_overrides(plan, arm, seed) for arg in ("--set", override)]
-    return [sys.executable, "-m", "flows.cli", "run", str(plan.config), "--run", run_name(arm, seed),
+    return [sys.executable, "-m", "coevolve.flows.cli", "run", str(plan.config), "--run", run_name(arm, seed),
             "--rounds", str(plan.rounds), "--root", str(root), *sets]  # fmt: skip
 
 
@@ -274,7 +274,7 @@ def run_arms_in_processes(plan: Plan, root: Path) -> dict[str, float]:
 
 
 def _sql(root: Path, sql: str) -> pl.DataFrame:
-    from storage.catalog import query
+    from coevolve.storage.catalog import query
 
     return pl.from_arrow(query(root, sql))
 
@@ -467,7 +467,7 @@ def exploration_breadth(root: Path, names: Sequence[str]) -> pl.DataFrame:
     """Per run: exploration groups, the distinct calls that ran in them (`calls`), and how many of those are
     no call of the explored task's reference solution (`new_calls`). An exploration that only repeats the
     task's solution gives the abstraction nothing but that task again."""
-    from envs.base import ToolCall
+    from coevolve.core import ToolCall
 
     triples = _scalar_table(root, names, """
         SELECT DISTINCT run, group_id, task_id, tool, arguments FROM triples WHERE run IN (RUNS) AND ok""",
@@ -634,7 +634,7 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
     missing = [n for n in planned if n not in set(evals["run"])]
     curve = curves(evals)
     out.mkdir(parents=True, exist_ok=True)
-    from storage.parquet import write_table, write_text_atomic
+    from coevolve.storage.parquet import write_table, write_text_atomic
 
     write_table(record.to_arrow(), out / OUTCOMES)  # the only copy of runs whose storage is gone: atomic
     write_table(curve.to_arrow(), out / "curves.parquet")
@@ -716,7 +716,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--root", type=Path, help="storage root (default: COEVOLVE_HOME or runs/)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/learning"))
     args = parser.parse_args(argv)
-    from flows.cli import quiet_libraries
+    from coevolve.flows.cli import quiet_libraries
 
     quiet_libraries()  # as `coevolve bench learning`: without it, Prefect's telemetry heartbeat competed for its database
     if args.root is not None:
@@ -731,8 +731,9 @@ def main(argv: Sequence[str] | None = None) -> None:
 def run_benchmark(plan: Plan, out: Path, *, run: bool = True) -> str:
     """Run every arm of `plan` (`run=False`: only read the stored runs), write the outputs into `out`,
     return the report (markdown)."""
-    from flows.config import load_config
-    from flows.runs import storage_root
+    from coevolve.flows.runs import storage_root
+
+    from coevolve.config import load_config
 
     config = load_config(plan.config, list(plan.overrides))
     if config.evolve.every == 0 and set(plan.arms) - {"grpo"}:
@@ -740,7 +741,12 @@ def run_benchmark(plan: Plan, out: Path, *, run: bool = True) -> str:
             f"{plan.config} sets evolve.every: 0; the evolving arms need F > 0 (--set evolve.every=1)"
         )
     root = storage_root(config)
-    from stages.warm_start import teacher_checkpoint, teacher_key, warm_start_checkpoint, warm_start_key
+    from coevolve.evolution.warm_start import (
+        teacher_checkpoint,
+        teacher_key,
+        warm_start_checkpoint,
+        warm_start_key,
+    )
 
     directory, start = root / "warm-start", config.model.name
     if plan.warm_start is not None:

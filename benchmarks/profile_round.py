@@ -35,12 +35,12 @@ from typing import Any
 import torch
 import transformers
 
-import envs.bfcl.env
-import envs.toolworld.env
-import llm.hf_engine
-import rl.checkpoint
-import rl.update
-import storage.store
+from coevolve import (
+    envs,  # noqa: E402
+    llm,  # noqa: E402
+    rl,  # noqa: E402
+    storage,  # noqa: E402
+)
 
 ORDER = (
     "generation prefill", "generation decode", "generation other", "environment steps",
@@ -102,7 +102,7 @@ def model_forward_category(timer: ExclusiveTimer) -> Callable[..., str]:
 
 
 def instrument(timer: ExclusiveTimer) -> None:
-    import flows.coevolve
+    from coevolve import flows  # noqa: E402
 
     for model_class in (transformers.LlamaForCausalLM, transformers.Qwen2ForCausalLM):
         timer.wrap(model_class, "forward", model_forward_category(timer))
@@ -139,7 +139,7 @@ def main() -> None:
     os.environ["COEVOLVE_HOME"] = tempfile.mkdtemp(prefix="coevolve-profile-")
     from prefect import flow
 
-    import flows.coevolve
+    from coevolve import flows  # noqa: E402
 
     started = time.perf_counter()
     flow(lambda: None, name="warm-up")()  # starts the ephemeral Prefect API

@@ -27,11 +27,12 @@ import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
-import envs
-from envs.base import Task
-from envs.bfcl import data
-from envs.ray_workers import RayEnvPool
-from envs.replay import replay_reference
+from coevolve.envs.base import Task
+from coevolve.envs.bfcl import data
+from coevolve.envs.replay import replay_reference
+from coevolve.executors.ray_envs import RayEnvPool
+
+from coevolve import envs
 
 
 def _replay_in_process(category: str, task: Task) -> bool:

@@ -17,9 +17,10 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import llm.hf_engine
-import rl.checkpoint
-import rl.update
+from coevolve import (
+    llm,  # noqa: E402
+    rl,  # noqa: E402
+)
 
 SPANS: dict[str, list[tuple[float, float]]] = defaultdict(list)
 
@@ -50,9 +51,9 @@ def main() -> None:
     llm.hf_engine.HfEngine.generate = timed("generate", llm.hf_engine.HfEngine.generate)
     rl.update.grpo_update = timed("update", rl.update.grpo_update)
     rl.checkpoint.save_checkpoint = timed("checkpoint", rl.checkpoint.save_checkpoint)
-    from flows.coevolve import coevolve
-    from storage.layout import RunLayout
-    from storage.store import RunStore
+    from coevolve.flows.coevolve import coevolve
+    from coevolve.storage.layout import RunLayout
+    from coevolve.storage.store import RunStore
 
     coevolve(args.config, run="overhead", rounds=args.rounds, overrides=args.overrides)
     store = RunStore(RunLayout(Path(os.environ["COEVOLVE_HOME"]), "overhead"))

@@ -26,14 +26,14 @@ import time
 import urllib.request
 
 import torch
+from coevolve.agents.episodes import EpisodeLimits, run_episodes
+from coevolve.llm.chat import ChatFormat
+from coevolve.llm.engine import SamplingParams
+from coevolve.llm.hf_engine import HfEngine
+from coevolve.llm.models import load_model
+from coevolve.llm.openai_engine import OpenAIEngine
 
-import envs
-from llm.chat import ChatFormat
-from llm.engine import SamplingParams
-from llm.hf_engine import HfEngine
-from llm.models import load_model
-from llm.openai_engine import OpenAIEngine
-from stages.agent_loop import EpisodeLimits, run_episodes
+from coevolve import envs
 
 
 def _rollout(engine, chat: ChatFormat, jobs, sampling: SamplingParams, limits: EpisodeLimits) -> dict:
@@ -49,7 +49,7 @@ def _rollout(engine, chat: ChatFormat, jobs, sampling: SamplingParams, limits: E
 def _start_servers(model: str, count: int, threads: int, base_port: int) -> list[subprocess.Popen]:
     servers = []
     for i in range(count):
-        command = [sys.executable, "-m", "benchmarks.hf_completion_server", "--model", model,
+        command = [sys.executable, "-m", "coevolve.benchmarks.hf_completion_server", "--model", model,
                    "--port", str(base_port + i), "--threads", str(threads)]  # fmt: skip
         servers.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                         env={**os.environ, "OMP_NUM_THREADS": str(threads)}))  # fmt: skip

@@ -33,11 +33,10 @@ def worker(model_name: str, prompt: int, sharded: bool, out: Path) -> None:
     """One process of a launched update (under `accelerate launch`)."""
     import torch
     from accelerate import Accelerator
-
-    from benchmarks.update_memory import learning_shaped_batch
-    from llm.models import load_model
-    from rl.sharding import full_state, shard_model
-    from rl.update import UpdateHyperparams, grpo_update, make_optimizer
+    from coevolve.benchmarks.update_memory import learning_shaped_batch
+    from coevolve.llm.models import load_model
+    from coevolve.rl.sharding import full_state, shard_model
+    from coevolve.rl.update import UpdateHyperparams, grpo_update, make_optimizer
 
     accelerator = Accelerator(cpu=True)
     torch.manual_seed(0)
@@ -78,7 +77,7 @@ def state_megabytes(model, optimizer) -> float:
 def launch(variant: str, model: str, prompt: int) -> list[dict]:
     accelerate = Path(sys.executable).with_name("accelerate")
     with tempfile.TemporaryDirectory() as tmp:
-        command = [str(accelerate), "launch", "--config_file", CONFIGS[variant], "-m", "benchmarks.sharded_update",
+        command = [str(accelerate), "launch", "--config_file", CONFIGS[variant], "-m", "coevolve.benchmarks.sharded_update",
                    "--worker", "--model", model, "--prompt", str(prompt), "--out", tmp]  # fmt: skip
         if variant == "fsdp":
             command.append("--sharded")

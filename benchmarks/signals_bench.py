@@ -23,8 +23,7 @@ from itertools import pairwise
 
 import numpy as np
 import polars as pl
-
-from stages.signals import extract_signals
+from coevolve.evolution.signals import extract_signals
 
 
 def _names(prefix: str, numbers: np.ndarray, width: int) -> pl.Series:

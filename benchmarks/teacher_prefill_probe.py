@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-import envs
-from llm.chat import ChatFormat
-from llm.hf_engine import HfEngine
-from llm.models import load_model
-from stages.explore import Target, parse_context, reflection_messages
-from stages.teacher import REFLECT_PREFIX, EngineTeacher, TeacherSettings
+from coevolve.agents.teacher import REFLECT_PREFIX, EngineTeacher, TeacherSettings
+from coevolve.llm.chat import ChatFormat
+from coevolve.llm.hf_engine import HfEngine
+from coevolve.llm.models import load_model
+from coevolve.stages.explore import Target, parse_context, reflection_messages
+
+from coevolve import envs
 
 FAILED_STEP = {"step": 0, "call_index": 0, "kind": "call", "tool": "balance", "arguments": "{}", "ok": False,
                "observation": 'unknown tool "balance"', "reply": ""}  # fmt: skip

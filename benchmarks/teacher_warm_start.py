@@ -18,8 +18,8 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from benchmarks.learning import DEFAULT_CONFIG, TEACHER_BUILD
-from stages.warm_start import MAX_DISTRACTORS
+from coevolve.benchmarks.learning import DEFAULT_CONFIG, TEACHER_BUILD
+from coevolve.evolution.warm_start import MAX_DISTRACTORS
 
 
 def main() -> None:
@@ -33,8 +33,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=TEACHER_BUILD.seed, help="task draw; the policy's warm start uses 0")
     args = parser.parse_args()
 
-    from flows.config import load_config
-    from stages.warm_start import teacher_checkpoint
+    from coevolve.evolution.warm_start import teacher_checkpoint
+
+    from coevolve.config import load_config
 
     settings = replace(TEACHER_BUILD, tasks=args.tasks, epochs=args.epochs, seed=args.seed)
     path = teacher_checkpoint(load_config(args.config), args.start, settings, args.root / "warm-start",

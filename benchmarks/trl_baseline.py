@@ -310,7 +310,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=0)
     args = parser.parse_args()
 
-    from llm.models import load_model
+    from coevolve.llm.models import load_model
 
     model, tokenizer = load_model(args.model)
     samples = synthetic_samples(tokenizer, vocab_size=min(len(tokenizer), model.config.vocab_size))

@@ -32,7 +32,7 @@ VARIANTS = ("all/shared", "scored/shared", "all/plain", "scored/plain")
 
 
 def learning_shaped_batch(prompt: int, replies: int = 4, reply: int = 48, tool: int = 60, k: int = 8):
-    from rl.batch import SampleBatch
+    from coevolve.rl.batch import SampleBatch
 
     g = torch.Generator().manual_seed(0)
     head = torch.randint(100, 40000, (prompt,), generator=g).tolist()
@@ -51,11 +51,10 @@ def learning_shaped_batch(prompt: int, replies: int = 4, reply: int = 48, tool: 
 
 
 def run_variant(variant: str, model_name: str, prompt: int) -> dict:
-    import rl.logprobs
-    import rl.shared_prefix
-    import rl.update
-    from llm.models import load_model
-    from rl.update import UpdateHyperparams, grpo_update, make_optimizer
+    from coevolve.llm.models import load_model
+    from coevolve.rl.update import UpdateHyperparams, grpo_update, make_optimizer
+
+    from coevolve import rl  # noqa: E402
 
     scope, prefix = variant.split("/")
     if scope == "all":  # the baseline: a vocabulary projection at every position, whatever the loss mask
@@ -96,7 +95,7 @@ def main() -> None:
     results = {}
     for variant in VARIANTS:
         child = subprocess.run(
-            [sys.executable, "-m", "benchmarks.update_memory", "--model", args.model, "--prompt",
+            [sys.executable, "-m", "coevolve.benchmarks.update_memory", "--model", args.model, "--prompt",
              str(args.prompt), "--variant", variant],
             capture_output=True, text=True,
         )  # fmt: skip

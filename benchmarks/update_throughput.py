@@ -25,10 +25,9 @@ import resource
 import time
 
 import torch
-
-from benchmarks.trl_baseline import synthetic_samples, trl_update_seconds
-from rl.batch import SampleBatch
-from rl.update import UpdateHyperparams, grpo_update, make_optimizer
+from coevolve.benchmarks.trl_baseline import synthetic_samples, trl_update_seconds
+from coevolve.rl.batch import SampleBatch
+from coevolve.rl.update import UpdateHyperparams, grpo_update, make_optimizer
 
 
 def sample_batch(samples: list[dict]) -> SampleBatch:
@@ -48,8 +47,9 @@ def ours(model, batch: SampleBatch, *, shared: bool, lora: bool, args) -> dict:
     model = copy.deepcopy(model)
     reference = None
     if lora:
-        from stages.config import TrainConfig
-        from stages.policy import with_lora_adapter
+        from coevolve.agents.policy import with_lora_adapter
+
+        from coevolve.config import TrainConfig
 
         model = with_lora_adapter(model, TrainConfig(lora_rank=16, lora_alpha=32))
     else:
@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="time each of ours this many times (best)")
     args = parser.parse_args()
 
-    from llm.models import load_model
+    from coevolve.llm.models import load_model
 
     torch.manual_seed(0)
     model, tokenizer = load_model(args.model)

@@ -13,15 +13,16 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import envs
-from flows.config import load_config
-from llm.chat import ChatFormat
-from llm.engine import SamplingParams
-from llm.hf_engine import HfEngine
-from llm.models import cache_dir, load_model
-from rl.warm_start import WarmStart
-from stages.agent_loop import EpisodeLimits, run_episodes
-from stages.warm_start import warm_start_checkpoint
+from coevolve.agents.episodes import EpisodeLimits, run_episodes
+from coevolve.evolution.warm_start import warm_start_checkpoint
+from coevolve.llm.chat import ChatFormat
+from coevolve.llm.engine import SamplingParams
+from coevolve.llm.hf_engine import HfEngine
+from coevolve.llm.models import cache_dir, load_model
+from coevolve.rl.warm_start import WarmStart
+
+from coevolve import envs
+from coevolve.config import load_config
 
 
 def main() -> None:

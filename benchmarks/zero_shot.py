@@ -14,12 +14,13 @@ import json
 import time
 from collections import defaultdict
 
-import envs
-from llm.chat import ChatFormat
-from llm.engine import SamplingParams
-from llm.hf_engine import HfEngine
-from llm.models import load_model
-from stages.agent_loop import EpisodeLimits, run_episodes
+from coevolve.agents.episodes import EpisodeLimits, run_episodes
+from coevolve.llm.chat import ChatFormat
+from coevolve.llm.engine import SamplingParams
+from coevolve.llm.hf_engine import HfEngine
+from coevolve.llm.models import load_model
+
+from coevolve import envs
 
 
 def main() -> None:

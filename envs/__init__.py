@@ -13,15 +13,15 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from envs.base import Action, Environment, Evaluation, Observation, StepResult, Task, ToolCall
+from coevolve.envs.base import Action, Environment, Evaluation, Observation, StepResult, Task
 
-__all__ = ["Action", "Environment", "Evaluation", "Observation", "StepResult", "Task", "ToolCall",
+__all__ = ["Action", "Environment", "Evaluation", "Observation", "StepResult", "Task",
            "available", "make"]
 
 _REGISTRY: dict[str, str] = {
-    "toolworld": "envs.toolworld.env:ToolWorldEnv",
-    "bfcl": "envs.bfcl.env:BfclEnv",
-    "appworld": "envs.appworld.env:AppWorldEnv",
+    "toolworld": "coevolve.envs.toolworld.env:ToolWorldEnv",
+    "bfcl": "coevolve.envs.bfcl.env:BfclEnv",
+    "appworld": "coevolve.envs.appworld.env:AppWorldEnv",
 }
 
 

@@ -12,37 +12,17 @@ id and re-running a stage produces the same rows.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from coevolve.core import ToolCall, content_hash
+
 TaskSource = Literal["benchmark", "seed", "synthesized"]
-
-
-class ToolCall(BaseModel):
-    """One call of a tool by name with keyword arguments (positional ones are mapped by the parser)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
-
-    def signature(self) -> str:
-        """A canonical one-line rendering, used for display and for n-gram statistics."""
-        args = ", ".join(f"{k}={json.dumps(v, sort_keys=True)}" for k, v in sorted(self.arguments.items()))
-        return f"{self.name}({args})"
 
 
 Action = str | list[ToolCall] | list[dict[str, Any]]
 """What the agent sends to `step`: its raw reply text, or tool calls (`[]` = a final reply with no text)."""
-
-
-def content_hash(payload: Any, *, length: int = 16) -> str:
-    """Stable hex digest of a JSON-serialisable payload (dict keys sorted)."""
-    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:length]
 
 
 class Task(BaseModel):

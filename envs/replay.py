@@ -7,7 +7,7 @@ tests and by verification to check that a task is solvable and its checker accep
 
 from __future__ import annotations
 
-from envs.base import Environment, Evaluation, Task
+from coevolve.envs.base import Environment, Evaluation, Task
 
 
 def replay_reference(env: Environment, task: Task) -> Evaluation:

@@ -61,15 +61,16 @@ def quiet_libraries() -> None:
 
 def _user_errors() -> tuple[type[Exception], ...]:
     """Exceptions that mean bad input or state (config, run, artifacts), shown as one paragraph."""
-    from flows.config import ConfigError
-    from flows.runs import RunError
-    from storage.parquet import ArtifactError
+    from coevolve.flows.runs import RunError
+    from coevolve.storage.parquet import ArtifactError
+
+    from coevolve.config import ConfigError
 
     return ConfigError, RunError, ArtifactError
 
 
 def _require_prefect_api(command: str) -> None:
-    from flows.serve import api_problem
+    from coevolve.flows.serve import api_problem
 
     problem = api_problem(required=command == "serve")
     if problem:
@@ -92,7 +93,7 @@ def run(
     PREFECT_API_URL points to a server)."""
     if root is not None:
         os.environ["COEVOLVE_HOME"] = str(root)
-    from flows.runs import resolve_run
+    from coevolve.flows.runs import resolve_run
 
     try:  # check config and run before paying for torch and Prefect
         cfg, name, _ = resolve_run(config, run_name, overrides or [], force=force)
@@ -100,7 +101,7 @@ def run(
         _fail(str(exc))
     _require_prefect_api("run")
     quiet_libraries()
-    from flows.coevolve import coevolve
+    from coevolve.flows.coevolve import coevolve
 
     try:
         result = coevolve(None if config is None else str(config), run=name, rounds=rounds,
@@ -122,7 +123,7 @@ def serve(
     PREFECT_API_URL). Trigger it with `prefect deployment run coevolve/round -p config=... -p more=1`."""
     _require_prefect_api("serve")
     quiet_libraries()
-    from flows.serve import serve_deployment
+    from coevolve.flows.serve import serve_deployment
 
     serve_deployment(name, limit=limit)
 
@@ -141,9 +142,9 @@ def stage(
 
     `--set` changes the run's saved config (so the flow and later stages use it too); stages whose
     config sections it touches recompute when they next run."""
-    from flows.runs import check_round
-    from stages.registry import get_stage
-    from storage.layout import RunLayout
+    from coevolve.flows.runs import check_round
+    from coevolve.stages import get_stage
+    from coevolve.storage.layout import RunLayout
 
     layout = RunLayout(_root(root), run_name)
     if not layout.config_path.exists():
@@ -157,8 +158,8 @@ def stage(
         check_round(layout, round_)
         cfg = _stage_config(layout, overrides or [], force=force)
         quiet_libraries()
-        from stages.context import RunContext
-        from stages.runner import run_stage
+        from coevolve.pipeline.context import RunContext
+        from coevolve.pipeline.runner import run_stage
 
         record = run_stage(stage_def, RunContext.create(cfg, run_name, layout.root), round_, force=force)
     except _user_errors() as exc:
@@ -177,8 +178,8 @@ def update_worker(
     root: RootOption = None,
 ) -> None:
     """Join a run's grpo updates from another machine (accelerate config with num_machines > 1)."""
-    from stages.distributed_update import serve_machine
-    from storage.layout import RunLayout
+    from coevolve.executors.accelerate_update import serve_machine
+    from coevolve.storage.layout import RunLayout
 
     try:
         serve_machine(RunLayout(_root(root), run_name).run_dir, machine_rank, jobs=jobs,
@@ -200,9 +201,10 @@ def fork(
     """Start run TARGET from the stages of run SOURCE that its config (the source's, or --config, plus
     --set) would compute identically; `coevolve run --run TARGET` then computes only the rest. E.g.
     `coevolve fork grpo-s0 coevolve-s0 --set evolve.every=1` shares round 0's rollout, update and evals."""
-    from flows.config import load_config
-    from flows.fork import fork_run
-    from storage.layout import RunLayout
+    from coevolve.flows.fork import fork_run
+    from coevolve.storage.layout import RunLayout
+
+    from coevolve.config import load_config
 
     base = config or RunLayout(_root(root), source).config_path
     try:
@@ -219,7 +221,7 @@ def fork(
 def _did_you_mean(name: str) -> str:
     import difflib
 
-    from stages.registry import STAGES
+    from coevolve.stages import STAGES
 
     close = difflib.get_close_matches(name, list(STAGES), n=1)
     return f"Did you mean `{close[0]}`?" if close else "See `coevolve stage --help`."
@@ -227,8 +229,9 @@ def _did_you_mean(name: str) -> str:
 
 def _stage_config(layout, overrides: list[str], *, force: bool):
     """The run's saved config; overrides are validated, then saved into it (with a note)."""
-    from flows.config import load_config
-    from flows.runs import check_compatible, persist_overrides
+    from coevolve.flows.runs import check_compatible, persist_overrides
+
+    from coevolve.config import load_config
 
     before = load_config(layout.config_path)
     if not overrides:
@@ -251,9 +254,8 @@ def sql(
     """Query every run with DuckDB (views over the Parquet artifacts, with run/round/stage columns;
     see docs/sql.md)."""
     import duckdb
-
-    from storage.catalog import ArtifactFiles
-    from storage.catalog import query as run_query
+    from coevolve.storage.catalog import ArtifactFiles
+    from coevolve.storage.catalog import query as run_query
 
     if format_ not in {"table", "csv", "json"}:
         _fail("--format must be table, csv or json")
@@ -261,10 +263,10 @@ def sql(
     try:
         table = run_query(_root(root), query, files)
     except duckdb.Error as exc:
-        from flows.render import explain_query_error
+        from coevolve.flows.render import explain_query_error
 
         _fail(explain_query_error(exc, _root(root)))
-    from flows.render import print_table, unreadable_notes
+    from coevolve.flows.render import print_table, unreadable_notes
 
     for note in unreadable_notes(files.unreadable):
         typer.echo(note, err=True)
@@ -274,7 +276,7 @@ def sql(
 @app.command()
 def runs(root: RootOption = None) -> None:
     """List runs with their rounds, dataset size and success rates."""
-    from flows.render import print_runs
+    from coevolve.flows.render import print_runs
 
     print_runs(_root(root))
 
@@ -289,9 +291,8 @@ def show(
     """Show one task (turns, solution, checker, lineage, success per round) or one trajectory
     (messages, tool calls and observations, reward, its task) as a readable conversation."""
     import duckdb
-
-    from flows.show import IdLookupError
-    from flows.show import show as show_item
+    from coevolve.flows.show import IdLookupError
+    from coevolve.flows.show import show as show_item
 
     if kind not in {"task", "trajectory"}:
         _fail(f"cannot show {kind!r}: use `coevolve show task ID` or `coevolve show trajectory ID`")
@@ -300,7 +301,7 @@ def show(
     except IdLookupError as exc:
         _fail(str(exc))
     except duckdb.Error as exc:
-        from flows.render import explain_query_error
+        from coevolve.flows.render import explain_query_error
 
         _fail(explain_query_error(exc, _root(root)))
 
@@ -308,7 +309,7 @@ def show(
 @env_app.command("list")
 def env_list() -> None:
     """Environments, their splits and task counts (or what is missing to use them)."""
-    import envs
+    from coevolve import envs
 
     for name in envs.available():
         try:
@@ -322,7 +323,7 @@ def env_list() -> None:
 @env_app.command("check")
 def env_check(name: Annotated[str, typer.Argument(help="Environment name.")]) -> None:
     """Say what an environment needs and whether it is there (exit 1 if something is missing)."""
-    from flows.env_check import check_environment, ready
+    from coevolve.flows.env_check import check_environment, ready
 
     findings = check_environment(name)
     for line in findings:
@@ -337,8 +338,9 @@ def env_replay(
     split: Annotated[str, typer.Option(help="Split to replay.")] = "test",
 ) -> None:
     """Replay every reference solution of a split through the episode loop; prints the success rate."""
-    import envs
-    from envs.replay import replay_reference
+    from coevolve.envs.replay import replay_reference
+
+    from coevolve import envs
 
     env = envs.make(name)
     if split not in env.splits():
@@ -354,7 +356,7 @@ def env_replay(
 @models_app.command("resolve")
 def models_resolve(name: Annotated[str, typer.Argument(help="smollm2-135m, tiny-random-llama, a dir or hub id.")]):
     """Resolve a model name to a local HF directory (converting it once if needed)."""
-    from llm.models import resolve_model
+    from coevolve.llm.models import resolve_model
 
     typer.echo(resolve_model(name))
 
@@ -371,8 +373,9 @@ def engine_serve(
     """Start a vLLM OpenAI-compatible server for the policy, LoRA hot-loading on (llm/vllm_server.py)."""
     import shlex
 
-    from flows.config import load_config
-    from llm.vllm_server import find_vllm, serve_command
+    from coevolve.llm.vllm_server import find_vllm, serve_command
+
+    from coevolve.config import load_config
 
     try:
         cfg = load_config(config, overrides or [])
@@ -418,13 +421,13 @@ def bench_learning(
     """CoEvolve against GRPO at equal rollout budget, with the paper's ablations (benchmarks/learning.py)."""
     if root is not None:
         os.environ["COEVOLVE_HOME"] = str(root)
-    from benchmarks.learning import Plan, run_benchmark
+    from coevolve.benchmarks.learning import Plan, run_benchmark
 
     try:
         plan = Plan.make(quick=quick, config=config, rounds=rounds, seeds=seeds, arms=arms,
                          overrides=overrides or [], warm_start_tasks=warm_start_tasks,
                          teacher_tasks=teacher_tasks, jobs=jobs, share=share, first_seed=first_seed)
-        from flows.config import load_config
+        from coevolve.config import load_config
 
         load_config(plan.config, list(plan.overrides))  # a config mistake fails before any run starts
     except (*_user_errors(), ValueError) as exc:

@@ -17,16 +17,15 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
+from coevolve.flows.runs import resolve_run, rounds_to_run
+from coevolve.flows.summary import publish_round
+from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.runner import StageDef, StageRecord, run_stage
+from coevolve.stages import round_plan
+from coevolve.storage.catalog import build_catalog
+from coevolve.storage.parquet import write_text_atomic
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
-
-from flows.runs import resolve_run, rounds_to_run
-from flows.summary import publish_round
-from stages.context import RunContext
-from stages.registry import round_plan
-from stages.runner import StageDef, StageRecord, run_stage
-from storage.catalog import build_catalog
-from storage.parquet import write_text_atomic
 
 
 @dataclass(frozen=True)
@@ -100,8 +99,7 @@ def run_rounds(ctx: RunContext, rounds: int, *, force: bool = False) -> list[Rou
 def _refresh_catalog(ctx: RunContext) -> None:
     """Rewrite the DuckDB catalog; a catalog problem (corrupt file elsewhere) warns, never fails the run."""
     import duckdb
-
-    from flows.render import explain_query_error
+    from coevolve.flows.render import explain_query_error
 
     try:
         build_catalog(ctx.store.layout.root)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from envs.appworld.client import (
+from coevolve.envs.appworld.client import (
     APPWORLD_VENV,
     DEFAULT_URL,
     SETUP_COMMAND,
@@ -27,7 +27,7 @@ from envs.appworld.client import (
     port_of,
     serve_command,
 )
-from envs.appworld.tasks import data_root
+from coevolve.envs.appworld.tasks import data_root
 
 BFCL_PIN = "2026.3.23"
 OK, MISSING, NOTE, RUN = "ok: ", "missing: ", "note: ", "  run: "
@@ -35,7 +35,7 @@ OK, MISSING, NOTE, RUN = "ok: ", "missing: ", "note: ", "  run: "
 
 def check_environment(name: str, options: dict[str, Any] | None = None) -> list[str]:
     """Human-readable findings about environment `name` built with `options` (see the module docstring)."""
-    import envs
+    from coevolve import envs
 
     if name not in envs.available():
         return [f"{MISSING}unknown environment {name!r}; available: {', '.join(envs.available())}"]
@@ -60,7 +60,7 @@ def _version(distribution: str) -> str | None:
 
 
 def _check_generic(name: str, options: dict[str, Any]) -> list[str]:
-    import envs
+    from coevolve import envs
 
     try:
         env = envs.make(name, **options)
@@ -70,7 +70,7 @@ def _check_generic(name: str, options: dict[str, Any]) -> list[str]:
 
 
 def _check_toolworld(name: str, options: dict[str, Any]) -> list[str]:
-    import envs
+    from coevolve import envs
 
     env = envs.make(name, **options)
     version = _version("coevolve") or "source tree"
@@ -78,7 +78,7 @@ def _check_toolworld(name: str, options: dict[str, Any]) -> list[str]:
 
 
 def _check_bfcl(name: str, options: dict[str, Any]) -> list[str]:
-    import envs
+    from coevolve import envs
 
     version = _version("bfcl-eval")
     if version is None:
@@ -103,7 +103,7 @@ def _check_bfcl(name: str, options: dict[str, Any]) -> list[str]:
 
 def _check_appworld(name: str, options: dict[str, Any]) -> list[str]:
     """Server reachable? Task ids found? The server loads a task? Each missing piece with its fix."""
-    import envs
+    from coevolve import envs
 
     options["base_url"] = options.get("base_url") or os.environ.get("APPWORLD_URL") or DEFAULT_URL
     env = envs.make(name, **options)

@@ -67,7 +67,7 @@ FROM rolls LEFT JOIN sizes USING (run) LEFT JOIN evals_last USING (run) ORDER BY
 
 def runs_table(root: Path) -> pa.Table | None:
     """One row per run with rollouts under `root`, or None when there is none."""
-    from storage.catalog import present_artifacts, query
+    from coevolve.storage.catalog import present_artifacts, query
 
     views = set(present_artifacts(root))
     if "trajectories" not in views:
@@ -116,7 +116,7 @@ def explain_query_error(exc: Exception, root: Path) -> str:
                 f"half-written. Rebuild it with `coevolve stage {stage} --run {run} --round {round_} --force`, "
                 f"then `coevolve run --run {run}` recomputes what depends on it.")
     if "does not exist" in text and ("Table" in text or "Catalog" in text):
-        from storage.catalog import ArtifactFiles
+        from coevolve.storage.catalog import ArtifactFiles
 
         files, missing = ArtifactFiles.scan(root), _MISSING_TABLE.search(text)
         broken = [p for p in files.unreadable if missing and p.name == f"{missing.group(1)}.parquet"]

@@ -17,12 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from coevolve.pipeline.context import RunContext
+from coevolve.stages import round_plan
+from coevolve.storage.layout import RunLayout
 
-from flows.config import load_config
-from stages.config import CoevolveConfig
-from stages.context import RunContext
-from stages.registry import round_plan
-from storage.layout import RunLayout
+from coevolve.config import CoevolveConfig, load_config
 
 IDENTITY_FIELDS = ("model.name", "env.name")
 """Config fields that define a run: changing one mid-run needs a new run name or `--force`."""
@@ -126,7 +125,7 @@ def check_round(layout: RunLayout, round_: int) -> None:
 
 def persist_overrides(layout: RunLayout, overrides: list[str]) -> CoevolveConfig:
     """Apply overrides to a run's saved config and save it back, so later stages and the flow see them."""
-    from storage.parquet import write_text_atomic
+    from coevolve.storage.parquet import write_text_atomic
 
     cfg = load_config(layout.config_path, overrides)
     write_text_atomic(cfg.to_yaml(), layout.config_path)

@@ -197,7 +197,7 @@ def _task_line(con: Any, task_id: str, run: str) -> Text:
 
 
 def show(kind: str, prefix: str, root: Path, run: str | None = None, *, console: Console | None = None) -> None:
-    from storage.catalog import connect
+    from coevolve.storage.catalog import connect
 
     con = connect(root)
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from stages.context import RunContext
+from coevolve.pipeline.context import RunContext
 
 SIGNAL_KINDS = ("forgetting", "boundary", "rare")
 CANDIDATE_STATUSES = ("ok", "unparsable", "invalid", "duplicate")

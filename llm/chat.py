@@ -23,8 +23,9 @@ import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from envs.base import ToolCall
-from llm.toolcalls import render_tool_call
+from coevolve.llm.toolcalls import render_tool_call
+
+from coevolve.core import ToolCall
 
 START, END = "<|im_start|>", "<|im_end|>"
 ROLES = ("system", "user", "assistant", "tool")

@@ -29,8 +29,8 @@ from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
-from llm.engine import Completion, SamplingParams
-from llm.kv_sessions import CachedPrefix, KvSessions, batch_cache, extract_row
+from coevolve.llm.engine import Completion, SamplingParams
+from coevolve.llm.kv_sessions import CachedPrefix, KvSessions, batch_cache, extract_row
 
 
 class HfEngine:

@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from llm.engine import Completion, SamplingParams
+from coevolve.llm.engine import Completion, SamplingParams
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 TOKEN_PREFIX = "token_id:"

@@ -11,7 +11,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from envs.base import ToolCall
+from coevolve.core import ToolCall
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 MAX_REPLY_CHARS = 20_000

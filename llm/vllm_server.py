@@ -21,7 +21,7 @@ import shutil
 from pathlib import Path
 from urllib.parse import urlparse
 
-from stages.config import CoevolveConfig
+from coevolve.config import CoevolveConfig
 
 GPU_VENV = Path(".venv-gpu")
 INSTALL_HINT = "make gpu-env  (a separate venv with vLLM; it cannot share the project's venv)"
@@ -47,7 +47,7 @@ def serve_command(config: CoevolveConfig, *, vllm: str = "vllm", server: int = 0
     url = urlparse(servers[server])
     if url.scheme not in ("http", "https") or not url.hostname or url.port is None:
         raise ValueError(f"model.servers[{server}]: {servers[server]!r} needs a scheme, host and port")
-    from llm.models import resolve_model
+    from coevolve.llm.models import resolve_model
 
     model = config.model
     weights = str(resolve_model(model.name)) if model.name in _local_names() else model.name
@@ -65,6 +65,6 @@ def serve_command(config: CoevolveConfig, *, vllm: str = "vllm", server: int = 0
 
 
 def _local_names() -> tuple[str, ...]:
-    from llm.models import builtin_models
+    from coevolve.llm.models import builtin_models
 
     return builtin_models()

@@ -23,13 +23,12 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
-
-from envs.base import Environment, Task
-from envs.replay import final_answer
-from llm.chat import ChatFormat
-from llm.toolcalls import render_tool_call
-from rl.batch import SampleBatch, micro_batches
-from rl.update import micro_batch_logprobs
+from coevolve.envs.base import Environment, Task
+from coevolve.envs.replay import final_answer
+from coevolve.llm.chat import ChatFormat
+from coevolve.llm.toolcalls import render_tool_call
+from coevolve.rl.batch import SampleBatch, micro_batches
+from coevolve.rl.update import micro_batch_logprobs
 
 
 @dataclass(frozen=True)

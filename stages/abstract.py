@@ -20,14 +20,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from envs.base import Environment, Task, ToolCall, content_hash
-from stages import teacher as teachers
-from stages.context import RunContext
-from stages.datasets import dataset_manifest, load_dataset, load_tasks
-from stages.explore import offered_tools, tools_text
-from stages.rollout import round_seed
-from stages.runner import StageDef, StageResult
-from stages.teacher import JsonReplyError, Teacher, extract_json, render_prompt, short_text
+from coevolve.agents import teacher as teachers
+from coevolve.agents.teacher import JsonReplyError, Teacher, extract_json, render_prompt, short_text
+from coevolve.envs.base import Environment, Task
+from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.runner import StageDef, StageResult
+from coevolve.stages.explore import offered_tools, tools_text
+from coevolve.storage.datasets import dataset_manifest, load_dataset, load_tasks
+
+from coevolve.core import ToolCall, content_hash, round_seed
 
 MAX_CALLS_SHOWN = 30
 MAX_SOLUTION_CALLS = 8

@@ -18,21 +18,18 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 
-from envs.base import Task, content_hash
-from stages import teacher as teachers
-from stages.abstract import abstract_groups, build_groups
-from stages.context import RunContext
-from stages.datasets import task_from_row, task_row
-from stages.explore import (
-    exploration_artifacts,
-    explore,
-    unguided_target,
-)
-from stages.merge import admitted_tasks
-from stages.rollout import round_seed
-from stages.runner import StageDef, StageResult
-from stages.triples import build_triples
-from stages.verify import exploration_lineage, held_out_tasks, settings_of, verify_candidates
+from coevolve.agents import teacher as teachers
+from coevolve.envs.base import Task
+from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.runner import StageDef, StageResult
+from coevolve.stages.abstract import abstract_groups, build_groups
+from coevolve.stages.explore import exploration_artifacts, explore, unguided_target
+from coevolve.stages.merge import admitted_tasks
+from coevolve.stages.triples import build_triples
+from coevolve.stages.verify import exploration_lineage, held_out_tasks, settings_of, verify_candidates
+from coevolve.storage.datasets import task_from_row, task_row
+
+from coevolve.core import content_hash, round_seed
 
 
 def _seed_tasks(ctx: RunContext) -> list[Task]:

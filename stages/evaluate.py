@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import random
 
-from llm.engine import SamplingParams
-from stages.agent_loop import EpisodeLimits, run_episodes
-from stages.context import RunContext
-from stages.ledger import step_rows, trajectory_rows
-from stages.rollout import round_seed
-from stages.runner import StageDef, StageResult
+from coevolve.agents.episodes import EpisodeLimits, run_episodes
+from coevolve.agents.ledger import step_rows, trajectory_rows
+from coevolve.llm.engine import SamplingParams
+from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.runner import StageDef, StageResult
+
+from coevolve.core import round_seed
 
 
 def eval_tasks(ctx: RunContext, split: str):

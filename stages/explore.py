@@ -27,16 +27,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from envs.base import Environment, Observation, Task, content_hash
-from llm.chat import describe_tool
-from stages import teacher as teachers
-from stages.agent_loop import Episode, EpisodeLimits, run_episodes
-from stages.context import RunContext
-from stages.datasets import dataset_manifest, load_dataset, load_tasks
-from stages.ledger import step_rows, trajectory_rows
-from stages.rollout import round_seed
-from stages.runner import StageDef, StageResult
-from stages.teacher import JsonReplyError, Teacher, extract_json, render_prompt, short_text
+from coevolve.agents import teacher as teachers
+from coevolve.agents.episodes import Episode, EpisodeLimits, run_episodes
+from coevolve.agents.ledger import step_rows, trajectory_rows
+from coevolve.agents.teacher import JsonReplyError, Teacher, extract_json, render_prompt, short_text
+from coevolve.envs.base import Environment, Observation, Task
+from coevolve.llm.chat import describe_tool
+from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.runner import StageDef, StageResult
+from coevolve.storage.datasets import dataset_manifest, load_dataset, load_tasks
+
+from coevolve.core import content_hash, round_seed
 
 MAX_FIELD_CHARS = 1000
 MAX_TRAJECTORY_LINES = 40

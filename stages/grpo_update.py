@@ -17,14 +17,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from stages.config import CoevolveConfig
-from stages.context import RunContext
-from stages.runner import StageDef, StageResult
+from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.runner import StageDef, StageResult
+
+from coevolve.config import CoevolveConfig
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from stages.policy import Policy
+    from coevolve.agents.policy import Policy
 
 
 def _inputs(ctx: RunContext, round_: int) -> dict[str, str]:
@@ -33,7 +33,7 @@ def _inputs(ctx: RunContext, round_: int) -> dict[str, str]:
 
 
 def hyperparams(config: CoevolveConfig):
-    from rl.update import UpdateHyperparams
+    from coevolve.rl.update import UpdateHyperparams
 
     t = config.train
     return UpdateHyperparams(
@@ -46,7 +46,7 @@ def hyperparams(config: CoevolveConfig):
 
 def sample_batch(table: pa.Table):
     """The `samples` artifact of a rollout as a `SampleBatch` (group ids numbered by first appearance)."""
-    from rl.batch import SampleBatch
+    from coevolve.rl.batch import SampleBatch
 
     groups = {g: i for i, g in enumerate(dict.fromkeys(table.column("group_id").to_pylist()))}
     return SampleBatch(
@@ -84,8 +84,8 @@ def update_policy(ctx: RunContext, round_: int, key: str) -> StageResult:
 
 
 def _in_process_update(ctx: RunContext, round_: int, policy: Policy, checkpoint: Path) -> dict[str, float]:
-    from rl.checkpoint import save_checkpoint
-    from rl.update import grpo_update, progress_total
+    from coevolve.rl.checkpoint import save_checkpoint
+    from coevolve.rl.update import grpo_update, progress_total
 
     batch, hp = sample_batch(ctx.store.read(round_, "rollout", "samples")), hyperparams(ctx.config)
     reference = policy.reference_model() if hp.beta > 0 else None
@@ -98,7 +98,7 @@ def _in_process_update(ctx: RunContext, round_: int, policy: Policy, checkpoint:
 def _launched_update(ctx: RunContext, round_: int, checkpoint: Path) -> dict[str, float]:
     """The update under `accelerate launch` (`stages.distributed_update`), its log under the round's
     checkpoint folder."""
-    from stages.distributed_update import launch_update
+    from coevolve.executors.accelerate_update import launch_update
 
     job_dir = checkpoint.with_name(f"{checkpoint.name}.launch")
     if not ctx.quiet:

@@ -18,9 +18,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from stages.context import RunContext
-from stages.datasets import dataset_manifest, load_dataset
-from stages.runner import StageDef, StageResult
+from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.runner import StageDef, StageResult
+from coevolve.storage.datasets import dataset_manifest, load_dataset
 
 
 def admitted_tasks(verifications: Iterable[dict], admit: Iterable[str], known: set[str]) -> list[dict]:

@@ -10,17 +10,14 @@ from __future__ import annotations
 import random
 import time
 
-from envs.base import content_hash
-from llm.engine import SamplingParams
-from stages.agent_loop import Episode, EpisodeLimits, run_episodes
-from stages.context import RunContext
-from stages.datasets import dataset_manifest, load_dataset, load_tasks, sample_task_ids
-from stages.ledger import sample_rows, step_rows, trajectory_rows
-from stages.runner import StageDef, StageResult
+from coevolve.agents.episodes import Episode, EpisodeLimits, run_episodes
+from coevolve.agents.ledger import sample_rows, step_rows, trajectory_rows
+from coevolve.llm.engine import SamplingParams
+from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.runner import StageDef, StageResult
+from coevolve.storage.datasets import dataset_manifest, load_dataset, load_tasks, sample_task_ids
 
-
-def round_seed(seed: int, round_: int, purpose: str) -> int:
-    return int(content_hash([seed, round_, purpose], length=8), 16)
+from coevolve.core import round_seed
 
 
 def check_single_version(episodes: list[Episode], expected: str, round_: int) -> None:

@@ -18,11 +18,13 @@ import itertools
 import json
 from collections.abc import Callable
 
-from envs.base import Environment, Task, ToolCall, content_hash
-from stages.context import RunContext
-from stages.datasets import load_tasks
-from stages.explore import exploration_task
-from stages.runner import StageDef, StageResult
+from coevolve.envs.base import Environment, Task
+from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.runner import StageDef, StageResult
+from coevolve.stages.explore import exploration_task
+from coevolve.storage.datasets import load_tasks
+
+from coevolve.core import ToolCall, content_hash
 
 
 def group_id(exploration_id: str) -> str:

@@ -62,18 +62,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from envs.base import Environment, Evaluation, Task, ToolCall, content_hash
-from envs.replay import replay_reference
-from envs.toolworld.checker import answer_found
-from llm.engine import SamplingParams
-from stages.abstract import jaccard, solution_signature, task_signature
-from stages.agent_loop import EpisodeLimits, run_episodes
-from stages.context import RunContext
-from stages.datasets import task_row
-from stages.ledger import step_rows, trajectory_rows
-from stages.rollout import round_seed
-from stages.runner import StageDef, StageResult
-from stages.teacher import short_text
+from coevolve.agents.episodes import EpisodeLimits, run_episodes
+from coevolve.agents.ledger import step_rows, trajectory_rows
+from coevolve.agents.teacher import short_text
+from coevolve.envs.base import Environment, Evaluation, Task
+from coevolve.envs.replay import replay_reference
+from coevolve.envs.toolworld.checker import answer_found
+from coevolve.llm.engine import SamplingParams
+from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.runner import StageDef, StageResult
+from coevolve.stages.abstract import jaccard, solution_signature, task_signature
+from coevolve.storage.datasets import task_row
+
+from coevolve.core import ToolCall, content_hash, round_seed
 
 CONTAMINATION = "contamination"
 IDLE_REPLY = "Sorry, I cannot help with that."
@@ -159,8 +160,8 @@ def derive_checker(
     """The verifiable checker spec of a synthesized task (raises ValueError when its solution fails,
     unless `strict` is False)."""
     if env == "toolworld":
-        from envs.toolworld.checker import build_checker
-        from envs.toolworld.tools import ToolCatalog
+        from coevolve.envs.toolworld.checker import build_checker
+        from coevolve.envs.toolworld.tools import ToolCatalog
 
         return build_checker(ToolCatalog(), initial_state, turns, solution, answers, strict=strict)
     if env == "bfcl":  # BfclEnv scores a task without `ground_truth` against its solution

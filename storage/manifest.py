@@ -14,8 +14,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envs.base import content_hash
-from storage.parquet import write_text_atomic
+from coevolve.storage.parquet import write_text_atomic
+
+from coevolve.core import content_hash
 
 
 def cache_key(stage: str, code_version: int, config: Any, inputs: dict[str, str]) -> str:

@@ -14,8 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from storage.schemas import schema_version
+from coevolve.storage.schemas import schema_version
 
 
 class ArtifactError(RuntimeError):

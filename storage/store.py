@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-
-from storage.layout import RunLayout
-from storage.manifest import ArtifactRef, Manifest
-from storage.parquet import ArtifactError, read_table, to_table, write_table
-from storage.schemas import schema_for, schema_version
+from coevolve.storage.layout import RunLayout
+from coevolve.storage.manifest import ArtifactRef, Manifest
+from coevolve.storage.parquet import ArtifactError, read_table, to_table, write_table
+from coevolve.storage.schemas import schema_for, schema_version
 
 
 @dataclass(frozen=True)

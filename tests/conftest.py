@@ -35,9 +35,10 @@ def use_oracle_engine(mp: pytest.MonkeyPatch) -> None:
     other episode of a test-tiny training task; on any other task it calls the tools that need no
     argument and quotes the last result, which answers the scripted teacher's synthesized tasks:
     verification admits them); the tiny model is still the one trained."""
-    import envs
-    from flows.config import load_config
-    from stages.policy import Policy
+    from coevolve.agents.policy import Policy
+
+    from coevolve import envs
+    from coevolve.config import load_config
     from tests.fakes.teacher import OracleEngine
 
     load_base = Policy.load_base
@@ -57,8 +58,10 @@ def run_evolved(root: Path, run: str = "evo", rounds: int = 2) -> dict:
     """test-tiny.yaml with `evolve.every=1` through the real flow, with the named fakes that make every
     evolution phase produce rows: an oracle policy engine that solves every other episode (boundary
     signals) and the scripted teacher (see tests/integration/test_evolution_tiny.py). Needs a Prefect API."""
-    import stages.teacher
-    from flows.coevolve import coevolve
+    import coevolve.agents.teacher
+    from coevolve.flows.coevolve import coevolve
+
+    from coevolve import agents  # noqa: E402
     from tests.fakes.teacher import ScriptedTeacher
 
     def scripted(ctx, round_, *, policy_round=None):
@@ -67,7 +70,7 @@ def run_evolved(root: Path, run: str = "evo", rounds: int = 2) -> dict:
 
     with pytest.MonkeyPatch.context() as mp:
         use_oracle_engine(mp)
-        mp.setattr(stages.teacher, "make_teacher", scripted)
+        mp.setattr(agents.teacher, "make_teacher", scripted)
         mp.setenv("COEVOLVE_HOME", str(root))
         return coevolve(str(CONFIGS / "test-tiny.yaml"), run=run, rounds=rounds, overrides=["evolve.every=1"])
 

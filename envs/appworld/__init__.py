@@ -5,8 +5,8 @@ loopback. Modules: `client` (HTTP, errors with fixes), `actions` (code out of a 
 `Task` rows, the execute tool, TGC / SGC), `env` (`AppWorldEnv`).
 """
 
-from envs.appworld.client import AppWorldError
-from envs.appworld.env import AppWorldEnv
-from envs.appworld.tasks import scenario_goal_completion, task_goal_completion
+from coevolve.envs.appworld.client import AppWorldError
+from coevolve.envs.appworld.env import AppWorldEnv
+from coevolve.envs.appworld.tasks import scenario_goal_completion, task_goal_completion
 
 __all__ = ["AppWorldEnv", "AppWorldError", "scenario_goal_completion", "task_goal_completion"]

@@ -16,8 +16,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from envs.base import ToolCall
-from llm.toolcalls import MAX_REPLY_CHARS, OPEN, parse_tool_calls
+from coevolve.llm.toolcalls import MAX_REPLY_CHARS, OPEN, parse_tool_calls
+
+from coevolve.core import ToolCall
 
 TOOL_NAME = "execute"
 MAX_CODE_CHARS = MAX_REPLY_CHARS

@@ -42,10 +42,18 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from envs.appworld.actions import TOOL_NAME, read_code
-from envs.appworld.client import DEFAULT_URL, AppWorldClient, AppWorldError
-from envs.appworld.tasks import EXECUTE_TOOL, SPLITS, SplitTasks, build_task, data_root, task_ids, task_info
-from envs.base import Action, Evaluation, Observation, StepResult, Task
+from coevolve.envs.appworld.actions import TOOL_NAME, read_code
+from coevolve.envs.appworld.client import DEFAULT_URL, AppWorldClient, AppWorldError
+from coevolve.envs.appworld.tasks import (
+    EXECUTE_TOOL,
+    SPLITS,
+    SplitTasks,
+    build_task,
+    data_root,
+    task_ids,
+    task_info,
+)
+from coevolve.envs.base import Action, Evaluation, Observation, StepResult, Task
 
 PARTIAL_CREDIT_SCALE = 0.4
 NO_CODE_REMINDER = (

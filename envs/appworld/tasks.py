@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from envs.appworld.client import AppWorldClient, AppWorldError
-from envs.base import Task
+from coevolve.envs.appworld.client import AppWorldClient, AppWorldError
+from coevolve.envs.base import Task
 
 ENV_NAME = "appworld"
 SPLITS = ("train", "dev", "test_normal", "test_challenge")

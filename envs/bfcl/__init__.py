@@ -5,6 +5,6 @@ Modules: `data` (package files, tasks, splits), `parsing` (python-list / Hermes 
 (public-state digest), `env` (`BfclEnv`).
 """
 
-from envs.bfcl.env import BfclEnv
+from coevolve.envs.bfcl.env import BfclEnv
 
 __all__ = ["BfclEnv"]

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from envs.base import ToolCall
-from envs.bfcl.parsing import value_problem
+from coevolve.envs.bfcl.parsing import value_problem
+
+from coevolve.core import ToolCall
 
 BFCL_CLASSES = (
     "GorillaFileSystem", "MathAPI", "MessageAPI", "TwitterAPI",

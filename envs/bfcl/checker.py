@@ -18,8 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from envs.base import ToolCall
-from envs.bfcl.backends import Backends, Scenario
+from coevolve.envs.bfcl.backends import Backends, Scenario
+
+from coevolve.core import ToolCall
 
 
 @dataclass

@@ -19,8 +19,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from envs.base import ToolCall
-from llm.toolcalls import MAX_REPLY_CHARS, OPEN, ParsedReply, parse_call_list, parse_tool_calls
+from coevolve.llm.toolcalls import MAX_REPLY_CHARS, OPEN, ParsedReply, parse_call_list, parse_tool_calls
+
+from coevolve.core import ToolCall
 
 MAX_CALLS = 64
 """Calls per step in the python-list and list forms (a long_context ground-truth turn has 34); Hermes

@@ -33,9 +33,11 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from envs.base import Evaluation, ToolCall
-from envs.toolworld.tools import ToolCatalog
-from envs.toolworld.world import World
+from coevolve.envs.base import Evaluation
+from coevolve.envs.toolworld.tools import ToolCatalog
+from coevolve.envs.toolworld.world import World
+
+from coevolve.core import ToolCall
 
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 _NUMERIC_ANSWER = re.compile(r"^\d+(?:\.\d+)?$")

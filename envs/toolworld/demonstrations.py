@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from envs.toolworld.templates import call
-from envs.toolworld.tools import ToolCatalog
-from envs.toolworld.world import World
-from llm.toolcalls import render_tool_call
+from coevolve.envs.toolworld.templates import call
+from coevolve.envs.toolworld.tools import ToolCatalog
+from coevolve.envs.toolworld.world import World
+from coevolve.llm.toolcalls import render_tool_call
 
 
 def demo_world() -> World:

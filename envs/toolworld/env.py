@@ -19,13 +19,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from envs.base import Action, Evaluation, Observation, StepResult, Task, content_hash
-from envs.toolworld.checker import ToolUse, build_checker, score
-from envs.toolworld.demonstrations import demonstrations
-from envs.toolworld.tasks import SPLITS, generate_split, templates_of
-from envs.toolworld.tools import ToolCatalog
-from envs.toolworld.world import World
-from llm.toolcalls import ParsedReply, parse_call_list, parse_tool_calls
+from coevolve.envs.base import Action, Evaluation, Observation, StepResult, Task
+from coevolve.envs.toolworld.checker import ToolUse, build_checker, score
+from coevolve.envs.toolworld.demonstrations import demonstrations
+from coevolve.envs.toolworld.tasks import SPLITS, generate_split, templates_of
+from coevolve.envs.toolworld.tools import ToolCatalog
+from coevolve.envs.toolworld.world import World
+from coevolve.llm.toolcalls import ParsedReply, parse_call_list, parse_tool_calls
+
+from coevolve.core import content_hash
 
 TOOL_MODES = ("involved", "all")
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import random
 
-from envs.toolworld.apps.base import add_money
-from envs.toolworld.checker import money
-from envs.toolworld.state_builders import (
+from coevolve.envs.toolworld.apps.base import add_money
+from coevolve.envs.toolworld.checker import money
+from coevolve.envs.toolworld.state_builders import (
     EVENT_TITLES,
     bank_state,
     calendar_state,
@@ -23,7 +23,7 @@ from envs.toolworld.state_builders import (
     random_time,
     shop_state,
 )
-from envs.toolworld.templates import Draft, Template, call, phrase
+from coevolve.envs.toolworld.templates import Draft, Template, call, phrase
 
 PAYMENT_NOTES = ("Payment sent", "Paid, thanks!", "Order paid", "The money is on its way")
 CANCEL_NOTES = ("Sorry, I cannot make it", "I have to cancel, sorry", "Can we find another day?")

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import random
 
-from envs.toolworld.apps.base import add_money
-from envs.toolworld.apps.shop import order_total
-from envs.toolworld.checker import money
-from envs.toolworld.state_builders import (
+from coevolve.envs.toolworld.apps.base import add_money
+from coevolve.envs.toolworld.apps.shop import order_total
+from coevolve.envs.toolworld.checker import money
+from coevolve.envs.toolworld.state_builders import (
     EVENT_TITLES,
     MESSAGE_TEXTS,
     NOTE_TEXTS,
@@ -26,7 +26,7 @@ from envs.toolworld.state_builders import (
     random_time,
     shop_state,
 )
-from envs.toolworld.templates import Draft, Template, call, phrase
+from coevolve.envs.toolworld.templates import Draft, Template, call, phrase
 
 
 def bank_balance(rng: random.Random) -> Draft:

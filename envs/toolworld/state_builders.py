@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from envs.toolworld.apps.shop import order_total
+from coevolve.envs.toolworld.apps.shop import order_total
 
 NAMES = (
     "Alice",

@@ -14,12 +14,12 @@ from __future__ import annotations
 import random
 from collections.abc import Collection, Sequence
 
-from envs.base import Task
-from envs.toolworld import families_cross_app, families_one_app
-from envs.toolworld.checker import build_checker
-from envs.toolworld.templates import Template
-from envs.toolworld.tools import ToolCatalog
-from envs.toolworld.world import World
+from coevolve.envs.base import Task
+from coevolve.envs.toolworld import families_cross_app, families_one_app
+from coevolve.envs.toolworld.checker import build_checker
+from coevolve.envs.toolworld.templates import Template
+from coevolve.envs.toolworld.tools import ToolCatalog
+from coevolve.envs.toolworld.world import World
 
 ENV_NAME = "toolworld"
 SPLITS = ("train", "test", "heldout-templates")

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from envs.base import ToolCall
+from coevolve.core import ToolCall
 
 
 @dataclass(frozen=True)

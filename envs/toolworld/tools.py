@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from envs.base import ToolCall
-from envs.toolworld.apps import APP_CLASSES, App, ToolError
-from envs.toolworld.apps.base import MAX_TEXT_CHARS, shown
+from coevolve.envs.toolworld.apps import APP_CLASSES, App, ToolError
+from coevolve.envs.toolworld.apps.base import MAX_TEXT_CHARS, shown
+
+from coevolve.core import ToolCall
 
 JSON_TYPES = MappingProxyType({str: "string", int: "integer", float: "number", bool: "boolean"})
 MAX_INTEGER = 10**9

@@ -12,7 +12,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from envs.toolworld.apps import APP_CLASSES, App
+from coevolve.envs.toolworld.apps import APP_CLASSES, App
 
 APP_NAMES = tuple(cls.name for cls in APP_CLASSES)
 

@@ -21,11 +21,13 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from envs.base import Task, ToolCall
-from llm.chat import ChatFormat
-from llm.engine import Completion, SamplingParams
-from llm.toolcalls import render_tool_call
-from stages.teacher import TeacherSettings
+from coevolve.agents.teacher import TeacherSettings
+from coevolve.envs.base import Task
+from coevolve.llm.chat import ChatFormat
+from coevolve.llm.engine import Completion, SamplingParams
+from coevolve.llm.toolcalls import render_tool_call
+
+from coevolve.core import ToolCall
 
 GIVE_UP = "I cannot help with that."
 _CALLS = re.compile(r"OBSERVED CALLS \(JSON\):\n(.*)\n")

@@ -14,9 +14,8 @@ import json
 import os
 
 import pytest
-
-from envs.appworld import AppWorldEnv
-from flows.env_check import check_environment, ready
+from coevolve.envs.appworld import AppWorldEnv
+from coevolve.flows.env_check import check_environment, ready
 
 pytestmark = pytest.mark.appworld
 

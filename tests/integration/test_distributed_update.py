@@ -56,13 +56,14 @@ def second_machine(tmp_path):
 def test_two_processes_update_like_one(tmp_path, oracle_rollouts, launcher, request):
     """Data parallel (whole copies), FSDP (sharded weights) or two machines (a worker joining each launch):
     the same update as one process."""
-    from flows.config import load_config
-    from stages.bootstrap import BOOTSTRAP
-    from stages.context import RunContext
-    from stages.grpo_update import GRPO_UPDATE
-    from stages.rollout import ROLLOUT
-    from stages.runner import run_stage
-    from storage.catalog import query
+    from coevolve.pipeline.context import RunContext
+    from coevolve.pipeline.runner import run_stage
+    from coevolve.stages.bootstrap import BOOTSTRAP
+    from coevolve.stages.grpo_update import GRPO_UPDATE
+    from coevolve.stages.rollout import ROLLOUT
+    from coevolve.storage.catalog import query
+
+    from coevolve.config import load_config
 
     worker = request.getfixturevalue("second_machine") if launcher == "two-machines.yaml" else None
     launcher = CONFIGS / "accelerate" / launcher
@@ -110,12 +111,13 @@ def test_two_processes_update_like_one(tmp_path, oracle_rollouts, launcher, requ
 
 
 def test_a_missing_accelerate_config_names_the_field(tmp_path):
-    from flows.config import load_config
-    from stages.bootstrap import BOOTSTRAP
-    from stages.context import RunContext
-    from stages.grpo_update import GRPO_UPDATE
-    from stages.rollout import ROLLOUT
-    from stages.runner import run_stage
+    from coevolve.pipeline.context import RunContext
+    from coevolve.pipeline.runner import run_stage
+    from coevolve.stages.bootstrap import BOOTSTRAP
+    from coevolve.stages.grpo_update import GRPO_UPDATE
+    from coevolve.stages.rollout import ROLLOUT
+
+    from coevolve.config import load_config
 
     config = load_config(CONFIGS / "test-tiny.yaml", ["train.accelerate_config=nowhere/accelerate.yaml"])
     ctx = RunContext.create(config, "broken", tmp_path, quiet=True)

@@ -21,7 +21,7 @@ EVOLUTION = ["signals", "explore", "triples", "abstract", "verify", "merge"]
 
 
 def test_evolution_grows_the_dataset_and_keeps_lineage(evolved_run):
-    from storage.catalog import query
+    from coevolve.storage.catalog import query
 
     root = evolved_run.root
     for stages_of_round in evolved_run.result["rounds"]:

@@ -10,13 +10,13 @@ pytestmark = pytest.mark.slow
 
 
 def _run(rounds: int):
-    from flows.coevolve import coevolve
+    from coevolve.flows.coevolve import coevolve
 
     return coevolve(str(CONFIGS / "test-tiny.yaml"), run="tiny", rounds=rounds)
 
 
 def test_rounds_run_continue_and_rerun_as_noop(tmp_path, monkeypatch, prefect_api):
-    from storage.catalog import query
+    from coevolve.storage.catalog import query
 
     monkeypatch.setenv("COEVOLVE_HOME", str(tmp_path))
     first = _run(1)

@@ -16,7 +16,7 @@ BASE_STAGES = ["bootstrap", "baseline", "rollout", "grpo_update", "evaluate"]
 
 
 def _rows(root, run: str, sql: str) -> list[dict]:
-    from storage.catalog import query
+    from coevolve.storage.catalog import query
 
     return query(root, sql.replace("RUN", f"'{run}'")).to_pylist()
 
@@ -24,7 +24,7 @@ def _rows(root, run: str, sql: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def grpo_root(tmp_path_factory, prefect_api):
     """A storage root holding a 2-round GRPO run `grpo` of test-tiny.yaml (evolve.every: 0)."""
-    from flows.coevolve import coevolve
+    from coevolve.flows.coevolve import coevolve
 
     root = tmp_path_factory.mktemp("fork")
     with pytest.MonkeyPatch.context() as mp:
@@ -34,9 +34,10 @@ def grpo_root(tmp_path_factory, prefect_api):
 
 
 def test_fork_copies_round_zero_and_the_run_ends_as_if_computed_alone(grpo_root, monkeypatch):
-    from flows.coevolve import coevolve
-    from flows.config import load_config
-    from flows.fork import fork_run
+    from coevolve.flows.coevolve import coevolve
+    from coevolve.flows.fork import fork_run
+
+    from coevolve.config import load_config
 
     tmp_path = grpo_root
     monkeypatch.setenv("COEVOLVE_HOME", str(tmp_path))
@@ -74,9 +75,10 @@ def test_fork_copies_round_zero_and_the_run_ends_as_if_computed_alone(grpo_root,
 
 
 def test_fork_copies_nothing_a_config_change_touches(grpo_root):
-    from flows.config import load_config
-    from flows.fork import fork_run
-    from flows.runs import RunError
+    from coevolve.flows.fork import fork_run
+    from coevolve.flows.runs import RunError
+
+    from coevolve.config import load_config
 
     tmp_path = grpo_root
     # the learning rate changes the update, hence the evaluation of its policy; the seed dataset, the

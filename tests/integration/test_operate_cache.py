@@ -8,11 +8,11 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from coevolve.flows.cli import app
+from coevolve.storage.layout import RunLayout
+from coevolve.storage.manifest import Manifest
 from typer.testing import CliRunner
 
-from flows.cli import app
-from storage.layout import RunLayout
-from storage.manifest import Manifest
 from tests.conftest import CONFIGS
 
 pytestmark = pytest.mark.slow
@@ -24,7 +24,7 @@ ROUND0 = ["bootstrap", "baseline", "rollout", "grpo_update", "evaluate"]
 
 @pytest.fixture(scope="module")
 def base_run(tmp_path_factory, prefect_api):
-    from flows.coevolve import coevolve
+    from coevolve.flows.coevolve import coevolve
 
     root = tmp_path_factory.mktemp("cache-base")
     with pytest.MonkeyPatch.context() as mp:

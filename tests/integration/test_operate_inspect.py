@@ -9,9 +9,9 @@ import json
 import re
 
 import pytest
+from coevolve.flows.cli import app
 from typer.testing import CliRunner
 
-from flows.cli import app
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow
@@ -37,7 +37,7 @@ def shortest_unique_prefix(ids: list[str], target: str) -> str:
 
 
 def test_every_sql_example_runs_and_returns_rows(evolved_run):
-    from storage.catalog import query
+    from coevolve.storage.catalog import query
 
     blocks = sql_blocks()
     assert len(blocks) >= 7
@@ -46,7 +46,7 @@ def test_every_sql_example_runs_and_returns_rows(evolved_run):
 
 
 def test_documented_column_types_are_the_view_types(evolved_run):
-    from storage.catalog import connect
+    from coevolve.storage.catalog import connect
 
     documented = re.findall(r"### `(\w+)`\n\n\| column .*?\n\|---.*?\n((?:\|.*\n?)+)", SQL_DOC.read_text())
     con = connect(evolved_run.root)
@@ -57,7 +57,7 @@ def test_documented_column_types_are_the_view_types(evolved_run):
 
 
 def test_show_task_renders_turns_solution_lineage_and_success(evolved_run):
-    from storage.catalog import query
+    from coevolve.storage.catalog import query
 
     root = evolved_run.root
     tasks = query(root, "SELECT task_id, source, turns, lineage FROM tasks").to_pylist()
@@ -73,7 +73,7 @@ def test_show_task_renders_turns_solution_lineage_and_success(evolved_run):
 
 
 def test_show_trajectory_renders_messages_steps_reward_and_task(evolved_run):
-    from storage.catalog import query
+    from coevolve.storage.catalog import query
 
     root = evolved_run.root
     ids = [r["trajectory_id"] for r in query(root, "SELECT trajectory_id FROM trajectories").to_pylist()]
@@ -87,7 +87,7 @@ def test_show_trajectory_renders_messages_steps_reward_and_task(evolved_run):
 
 
 def test_show_task_of_a_heldout_task_lists_its_episodes(evolved_run):
-    from storage.catalog import query
+    from coevolve.storage.catalog import query
 
     task_id = query(evolved_run.root, "SELECT task_id FROM evals LIMIT 1").to_pylist()[0]["task_id"]
     out = show(evolved_run.root, "task", task_id)
@@ -105,8 +105,8 @@ def test_show_ambiguous_and_unknown_prefixes(evolved_run):
 
 
 def test_runs_lists_rounds_dataset_size_and_success(evolved_run):
-    from flows.render import runs_table
-    from storage.catalog import query
+    from coevolve.flows.render import runs_table
+    from coevolve.storage.catalog import query
 
     root = evolved_run.root
     [row] = runs_table(root).to_pylist()

@@ -12,8 +12,8 @@ import os
 
 import pyarrow as pa
 import pytest
+from coevolve.storage.layout import RunLayout
 
-from storage.layout import RunLayout
 from tests.conftest import CONFIGS, Spawned, venv_bin, wait_until
 
 pytestmark = pytest.mark.slow
@@ -34,7 +34,7 @@ def start(tmp_path, root, run: str, api_url: str, attempt: int) -> Spawned:
 
 def content(root, run: str) -> dict[str, list]:
     """Order-free content of a run: what each artifact holds, without the run-specific ids."""
-    from storage.catalog import query
+    from coevolve.storage.catalog import query
 
     def rows(sql: str) -> list:
         return sorted(tuple(r.values()) for r in query(root, sql.replace("$run", f"'{run}'")).to_pylist())
@@ -57,8 +57,8 @@ def content(root, run: str) -> dict[str, list]:
 
 def stray_update_row(layout: RunLayout) -> None:
     """What a kill between writing an artifact and writing its manifest leaves behind."""
-    from storage.parquet import write_table
-    from storage.schemas import UPDATES
+    from coevolve.storage.parquet import write_table
+    from coevolve.storage.schemas import UPDATES
 
     row = {name: 0 for name in UPDATES.names} | {
         "run": layout.run, "round": 0, "base_version": "stray", "policy_version": "stray", "checkpoint": "stray"}
@@ -66,7 +66,7 @@ def stray_update_row(layout: RunLayout) -> None:
 
 
 def test_sigkill_then_rerun_loses_and_duplicates_nothing_next_to_a_concurrent_run(tmp_path, prefect_server):
-    from storage.catalog import build_catalog
+    from coevolve.storage.catalog import build_catalog
 
     root = tmp_path / "runs"
     layout = RunLayout(root, "killed")

@@ -16,8 +16,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_two_rounds_through_two_servers(tmp_path, monkeypatch, prefect_api):
-    from flows.coevolve import coevolve
-    from storage.catalog import query
+    from coevolve.flows.coevolve import coevolve
+    from coevolve.storage.catalog import query
 
     monkeypatch.setenv("COEVOLVE_HOME", str(tmp_path))
     ids = [27, 42, 2]  # a few tokens, then <|im_end|>

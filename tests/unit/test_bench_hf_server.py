@@ -7,11 +7,11 @@ from http.server import ThreadingHTTPServer
 
 
 def test_the_hf_completion_server_batches_and_returns_the_engines_tokens():
-    from benchmarks.hf_completion_server import BatchingGenerator, make_handler
-    from llm.engine import SamplingParams
-    from llm.hf_engine import HfEngine
-    from llm.models import load_model
-    from llm.openai_engine import OpenAIEngine
+    from coevolve.benchmarks.hf_completion_server import BatchingGenerator, make_handler
+    from coevolve.llm.engine import SamplingParams
+    from coevolve.llm.hf_engine import HfEngine
+    from coevolve.llm.models import load_model
+    from coevolve.llm.openai_engine import OpenAIEngine
 
     model, tokenizer = load_model("tiny-random-llama")
     engine = HfEngine(model, tokenizer, batch_size=8)

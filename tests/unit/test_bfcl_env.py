@@ -7,15 +7,16 @@ import json
 from collections import Counter
 
 import pytest
+from coevolve.envs.base import Task
+from coevolve.envs.bfcl import data
+from coevolve.envs.bfcl.backends import BFCL_CLASSES, backend_class, public_methods
+from coevolve.envs.bfcl.official import official_check
+from coevolve.envs.bfcl.state import public_state
+from coevolve.envs.replay import replay_reference
+from coevolve.llm.toolcalls import render_tool_call
 
-import envs
-from envs.base import Task, ToolCall
-from envs.bfcl import data
-from envs.bfcl.backends import BFCL_CLASSES, backend_class, public_methods
-from envs.bfcl.official import official_check
-from envs.bfcl.state import public_state
-from envs.replay import replay_reference
-from llm.toolcalls import render_tool_call
+from coevolve import envs
+from coevolve.core import ToolCall
 
 JSON_TYPES = {"string", "number", "integer", "boolean", "array", "object"}
 

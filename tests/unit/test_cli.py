@@ -10,16 +10,16 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import yaml
+from coevolve.flows.cli import app
+from coevolve.flows.runs import RunError, completed_rounds, identity_changes, rounds_to_run
+from coevolve.flows.summary import artifact_key, markdown_summary, run_metrics
+from coevolve.storage.layout import RunLayout
+from coevolve.storage.manifest import Manifest
+from coevolve.storage.schemas import ARTIFACTS
+from coevolve.storage.store import RunStore
 from typer.testing import CliRunner
 
-from flows.cli import app
-from flows.config import load_config
-from flows.runs import RunError, completed_rounds, identity_changes, rounds_to_run
-from flows.summary import artifact_key, markdown_summary, run_metrics
-from storage.layout import RunLayout
-from storage.manifest import Manifest
-from storage.schemas import ARTIFACTS
-from storage.store import RunStore
+from coevolve.config import load_config
 from tests.conftest import CONFIGS, REPO, free_port
 
 TINY = CONFIGS / "test-tiny.yaml"
@@ -47,7 +47,7 @@ def one_paragraph(result) -> str:
 
 def make_run(root: Path, run: str = "demo", rounds: int = 1, config: Path = TINY) -> RunLayout:
     """A run on disk: the saved config and, per round, a finished manifest for every planned stage."""
-    from stages.registry import round_plan
+    from coevolve.stages import round_plan
 
     layout = RunLayout(root, run)
     cfg = load_config(config)
@@ -69,7 +69,7 @@ def _outputs(stage: str, round_: int) -> dict:
 
 
 def context(layout: RunLayout):
-    from stages.context import RunContext
+    from coevolve.pipeline.context import RunContext
 
     return RunContext.create(load_config(layout.config_path), layout.run, layout.root, quiet=True)
 
@@ -177,7 +177,7 @@ def test_serve_with_an_unreachable_prefect_server():
 
 
 def test_serve_without_a_prefect_server_configured(monkeypatch):
-    monkeypatch.setattr("flows.serve.configured_api_url", lambda: None)
+    monkeypatch.setattr("coevolve.flows.serve.configured_api_url", lambda: None)
     text = one_paragraph(invoke("serve"))
     assert "PREFECT_API_URL is not set" in text
     assert "PREFECT_API_URL=http://127.0.0.1:4200/api coevolve serve" in text
@@ -195,7 +195,7 @@ def test_sql_over_a_corrupt_parquet_file_names_the_stage_to_rerun(tmp_path):
 
 
 def test_reading_a_corrupt_artifact_says_how_to_rebuild_it(tmp_path):
-    from storage.parquet import ArtifactError
+    from coevolve.storage.parquet import ArtifactError
 
     store = RunStore(RunLayout(tmp_path, "demo"))
     ref = store.write(0, "grpo_update", "updates", pa.Table.from_pylist([], schema=ARTIFACTS["updates"]))

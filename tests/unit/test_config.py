@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.config import ConfigError, load_config
+from coevolve.config import ConfigError, load_config
 
 CONFIGS = sorted(Path(__file__).resolve().parents[2].joinpath("configs").glob("*.yaml"))
 
@@ -60,7 +60,8 @@ def test_missing_file_is_named(tmp_path):
 
 
 def test_an_unreachable_ray_address_fails_fast_naming_the_field():
-    from envs.ray_workers import connect
+    from coevolve.executors.ray_envs import connect
+
     from tests.conftest import free_port
 
     with pytest.raises(ConnectionError, match=r"runtime.ray_address: nothing answers at '127.0.0.1:\d+'"):

@@ -15,11 +15,10 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-
-import envs
-from envs.base import Task, ToolCall
-from envs.replay import replay_reference
-from stages.abstract import (
+from coevolve.agents.teacher import abstract_prefix
+from coevolve.envs.base import Task
+from coevolve.envs.replay import replay_reference
+from coevolve.stages.abstract import (
     Group,
     abstract_groups,
     build_groups,
@@ -28,12 +27,14 @@ from stages.abstract import (
     single_call_groups,
     solution_signature,
 )
-from stages.datasets import sample_task_ids
-from stages.explore import Target, exploration_artifacts, explore, select_signals
-from stages.merge import admitted_tasks, merge_dataset, solved_shares
-from stages.teacher import abstract_prefix
-from stages.triples import build_triples, group_id
-from stages.verify import VerifySettings, candidate_task, query_literals, verify_candidates
+from coevolve.stages.explore import Target, exploration_artifacts, explore, select_signals
+from coevolve.stages.merge import admitted_tasks, merge_dataset, solved_shares
+from coevolve.stages.triples import build_triples, group_id
+from coevolve.stages.verify import VerifySettings, candidate_task, query_literals, verify_candidates
+from coevolve.storage.datasets import sample_task_ids
+
+from coevolve import envs
+from coevolve.core import ToolCall
 from tests.fakes.teacher import OracleEngine, ScriptedTeacher
 
 ENV_OPTIONS = {"seed": 0, "n_train": 40, "n_test": 8, "n_heldout": 8}
@@ -45,9 +46,8 @@ def make_env():
 
 @pytest.fixture(scope="module")
 def tokenizer():
+    from coevolve.llm.models import resolve_model
     from transformers import AutoTokenizer
-
-    from llm.models import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model("tiny-random-llama"))
 
@@ -170,7 +170,7 @@ def test_triples_replay_digests_call_by_call(explored):
 
 
 def test_an_exploration_goes_on_past_the_request_and_its_replay_follows_it(tokenizer, world):
-    from stages.explore import exploration_task
+    from coevolve.stages.explore import exploration_task
 
     task = family(world.train, "bank_balance")
     teacher = ScriptedTeacher(tokenizer, world.train, reflections=[VALID])
@@ -325,7 +325,7 @@ def test_several_abstraction_samples_per_group_are_parsed_once_each(tokenizer, w
 
 
 def test_a_one_call_group_gets_its_only_solution_written_for_the_teacher(tokenizer, world):
-    from stages.teacher import ABSTRACT_PREFIX
+    from coevolve.agents.teacher import ABSTRACT_PREFIX
 
     bank = family(world.train, "bank_balance")
     (a, info_a), (b, info_b) = list(bank.initial_state["bank"]["accounts"].items())[:2]
@@ -351,7 +351,7 @@ def test_a_one_call_group_gets_its_only_solution_written_for_the_teacher(tokeniz
 def test_prefill_effect_starts_a_one_call_reply_by_what_the_call_did(tokenizer, world):
     """A read-only call's task must ask for what it read (answers opened), a state change's is an instruction
     (no answers, the query next); groups of several calls and the default are unchanged."""
-    from stages.teacher import ABSTRACT_PREFIX
+    from coevolve.agents.teacher import ABSTRACT_PREFIX
 
     bank = family(world.train, "bank_balance")
     (a, info_a), (b, _) = list(bank.initial_state["bank"]["accounts"].items())[:2]
@@ -547,7 +547,7 @@ def verified(tokenizer, world):
     ]
     known, half_known = candidate_task(rows[0]), [candidate_task({**r, "answers": "[]"}) for r in rows[1:3]]
     policy = SimpleNamespace(engine=OracleEngine(tokenizer, [known, *half_known]), version="policy-v1")
-    from llm.chat import ChatFormat
+    from coevolve.llm.chat import ChatFormat
 
     policy.chat = ChatFormat(tokenizer)
     lineage = {"x-signal": {"signal_id": "sig-1", "trajectory_id": "traj-1", "signal_kind": "boundary"}}
@@ -564,7 +564,7 @@ def verified(tokenizer, world):
 
 
 def test_an_answer_read_off_another_object_than_the_query_names_is_a_misread(world):
-    from stages.verify import Rejected, check_candidate
+    from coevolve.stages.verify import Rejected, check_candidate
 
     bank = family(world.train, "bank_balance")
     (acc_a, a), (acc_b, b) = list(bank.initial_state["bank"]["accounts"].items())[:2]
@@ -583,7 +583,7 @@ def test_an_answer_read_off_another_object_than_the_query_names_is_a_misread(wor
 
 
 def test_a_text_answer_the_query_states_is_leaked_and_a_number_is_left_alone(world):
-    from stages.verify import Rejected, check_candidate
+    from coevolve.stages.verify import Rejected, check_candidate
 
     lookup = family(world.train, "file_lookup")
     path, text = next(iter(lookup.initial_state["files"]["files"].items()))
@@ -608,7 +608,7 @@ def test_a_discarded_candidate_hands_over_to_its_sibling_duplicates(tokenizer, w
     """The first wording of a solution is discarded (an instruction over a read): the next duplicate of
     it is checked in its place and stands for the solution; later ones and duplicates of a dataset task
     are left alone; a solution whose every wording fails leaves a discard row per wording."""
-    from llm.chat import ChatFormat
+    from coevolve.llm.chat import ChatFormat
 
     bank = family(world.train, "bank_balance")
     (acc_a, a), (acc_b, _) = list(bank.initial_state["bank"]["accounts"].items())[:2]
@@ -675,7 +675,7 @@ def test_verify_outcomes(verified):
 
 
 def test_an_instruction_is_checked_without_the_answers_nobody_asked_for(world):
-    from stages.verify import Rejected, check_candidate
+    from coevolve.stages.verify import Rejected, check_candidate
 
     bank = family(world.train, "bank_balance")
     a, b = list(bank.initial_state["bank"]["accounts"])[:2]
@@ -725,7 +725,7 @@ def test_a_read_only_candidate_without_answers_asks_for_what_its_solution_reads(
     ],
 )
 def test_a_query_asks_for_information_or_for_an_action(query, asks):
-    from stages.verify import asks_for_information
+    from coevolve.stages.verify import asks_for_information
 
     assert asks_for_information(query) is asks
 
@@ -742,13 +742,13 @@ def test_a_query_asks_for_information_or_for_an_action(query, asks):
     ],
 )
 def test_a_query_may_ask_for_an_action(query, action):
-    from stages.verify import requested_action
+    from coevolve.stages.verify import requested_action
 
     assert requested_action(query) == action
 
 
 def test_tool_world_reference_tasks_ask_for_an_action_exactly_when_their_solution_changes_the_state():
-    from stages.verify import asks_for_information, replay_solution, requested_action
+    from coevolve.stages.verify import asks_for_information, replay_solution, requested_action
 
     tasks = [t for split in ("train", "test", "heldout-templates") for t in make_env().tasks(split)]
     read_only = changing = 0
@@ -794,7 +794,7 @@ def test_verify_admits_a_task_with_checker_lineage_and_attempt_trajectories(veri
         trajectories
     ) == 6 * 2  # 6 attempted, K=2
     # the admitted task is scored by its verifiable checker like any task
-    from stages.datasets import task_from_row
+    from coevolve.storage.datasets import task_from_row
 
     synthesized = task_from_row({**task})
     assert replay_reference(make_env(), synthesized).success
@@ -805,7 +805,7 @@ def test_verify_admits_a_task_with_checker_lineage_and_attempt_trajectories(veri
 
 
 def test_no_verification_ablation_admits_every_parsed_candidate(verified, tokenizer):
-    from llm.chat import ChatFormat
+    from coevolve.llm.chat import ChatFormat
 
     policy = SimpleNamespace(engine=None, chat=ChatFormat(tokenizer), version="policy-v1")
     out = verify_candidates(

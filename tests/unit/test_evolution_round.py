@@ -9,18 +9,18 @@ import time
 from types import SimpleNamespace
 
 import pytest
+from coevolve.agents.policy import base_version
+from coevolve.pipeline.runner import run_stage
+from coevolve.stages import EVOLUTION, round_plan
+from coevolve.stages.bootstrap import BOOTSTRAP
+from coevolve.stages.rollout import ROLLOUT
+from coevolve.stages.signals import SIGNALS
+from coevolve.storage.catalog import query
+from coevolve.storage.datasets import dataset_source, load_dataset, load_tasks
+from coevolve.storage.manifest import Manifest
 
-import stages.teacher
-from flows.config import load_config
-from stages.bootstrap import BOOTSTRAP
-from stages.datasets import dataset_source, load_dataset, load_tasks
-from stages.policy import base_version
-from stages.registry import EVOLUTION, round_plan
-from stages.rollout import ROLLOUT
-from stages.runner import run_stage
-from stages.signals_stage import SIGNALS
-from storage.catalog import query
-from storage.manifest import Manifest
+from coevolve import agents  # noqa: E402
+from coevolve.config import load_config
 from tests.conftest import CONFIGS
 from tests.fakes.teacher import OracleEngine, ScriptedTeacher
 
@@ -44,9 +44,8 @@ def config(*overrides: str):
 
 @pytest.fixture(scope="module")
 def tokenizer():
+    from coevolve.llm.models import resolve_model
     from transformers import AutoTokenizer
-
-    from llm.models import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model("tiny-random-llama"))
 
@@ -55,8 +54,8 @@ def fake_context(cfg, tmp_path, tokenizer, monkeypatch, *, solve="alternate"):
     """A RunContext whose policy is an oracle engine and whose teacher is scripted. On a task it does not
     know (a synthesized one, at verification) the policy calls the tools that need no argument and quotes
     the last result, which answers the scripted teacher's tasks: verification admits them."""
-    from llm.chat import ChatFormat
-    from stages.context import RunContext
+    from coevolve.llm.chat import ChatFormat
+    from coevolve.pipeline.context import RunContext
 
     ctx = RunContext.create(cfg, "evo", tmp_path, quiet=True)
     train = ctx.env_tasks("train")
@@ -67,7 +66,7 @@ def fake_context(cfg, tmp_path, tokenizer, monkeypatch, *, solve="alternate"):
         tokenizer=tokenizer,
     )
     ctx.use_policy = lambda round_: policy  # type: ignore[method-assign]
-    monkeypatch.setattr(stages.teacher, "make_teacher", lambda ctx, round_, **_: ScriptedTeacher(tokenizer, train))
+    monkeypatch.setattr(agents.teacher, "make_teacher", lambda ctx, round_, **_: ScriptedTeacher(tokenizer, train))
     return ctx
 
 
@@ -124,7 +123,7 @@ def _write_rollout(ctx, round_: int, rewards: dict[str, list[float]]) -> None:
 
 
 def test_signals_stage_marks_every_round_since_the_last_evolution(tmp_path):
-    from stages.context import RunContext
+    from coevolve.pipeline.context import RunContext
 
     ctx = RunContext.create(
         config("evolve.every=2", "evolve.kinds=[forgetting, boundary]"), "led", tmp_path, quiet=True
@@ -195,7 +194,7 @@ def test_verify_after_update_attempts_candidates_with_the_updated_policy(tmp_pat
         attempts = ctx.store.read(0, "verify", "trajectories").column("policy_version").to_pylist()
         expected = base.version if expected == "base" else expected
         assert attempts and set(attempts) == {expected}
-        assert cfg.teacher.type == "policy" and stages.teacher.teacher_version(ctx, 0) == expected
+        assert cfg.teacher.type == "policy" and agents.teacher.teacher_version(ctx, 0) == expected
 
 
 def test_an_evolving_round_grows_the_dataset_with_lineage(tmp_path, tokenizer, monkeypatch):
@@ -231,7 +230,7 @@ def test_an_evolving_round_grows_the_dataset_with_lineage(tmp_path, tokenizer, m
 
 
 def test_unguided_exploration_ignores_the_signals(tmp_path, tokenizer, monkeypatch):
-    from stages.explore import EXPLORE
+    from coevolve.stages.explore import EXPLORE
 
     ctx = fake_context(
         config("evolve.guided=false", "evolve.max_explorations=2"), tmp_path, tokenizer, monkeypatch

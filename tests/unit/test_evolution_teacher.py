@@ -5,10 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from llm.engine import SamplingParams
-from llm.openai_engine import OpenAIEngine, OpenAIEngineError
-from stages.teacher import (
+from coevolve.agents.teacher import (
     MAX_JSON_DEPTH,
     MAX_REPLY_CHARS,
     JsonReplyError,
@@ -16,6 +13,9 @@ from stages.teacher import (
     prompt_template,
     render_prompt,
 )
+from coevolve.llm.engine import SamplingParams
+from coevolve.llm.openai_engine import OpenAIEngine, OpenAIEngineError
+
 from tests.fakes.openai_server import FakeOpenAIServer
 
 # --- extract_json -------------------------------------------------------------------------------
@@ -185,9 +185,10 @@ def test_client_errors_fail_at_once_and_unknown_shapes_are_errors():
 
 
 def test_make_teacher_openai_uses_the_configured_server(tmp_path):
-    from flows.config import parse_config
-    from stages.context import RunContext
-    from stages.teacher import make_teacher
+    from coevolve.agents.teacher import make_teacher
+    from coevolve.pipeline.context import RunContext
+
+    from coevolve.config import parse_config
 
     with FakeOpenAIServer(chat_replies=[json.dumps({"plan": "p"})]) as server:
         cfg = parse_config(
@@ -211,9 +212,10 @@ def test_make_teacher_openai_uses_the_configured_server(tmp_path):
 
 
 def test_make_teacher_local_loads_its_own_model_once(tmp_path):
-    from flows.config import parse_config
-    from stages.context import RunContext
-    from stages.teacher import REFLECT_PREFIX, make_teacher
+    from coevolve.agents.teacher import REFLECT_PREFIX, make_teacher
+    from coevolve.pipeline.context import RunContext
+
+    from coevolve.config import parse_config
 
     cfg = parse_config({"model": {"name": "tiny-random-llama"},
                         "teacher": {"type": "local", "model": "tiny-random-llama", "max_new_tokens": 4}},
@@ -231,10 +233,10 @@ def test_make_teacher_local_loads_its_own_model_once(tmp_path):
 
 
 def test_engine_teacher_starts_its_reply_with_the_prefix():
-    from llm.chat import ChatFormat
-    from llm.hf_engine import HfEngine
-    from llm.models import load_model
-    from stages.teacher import REFLECT_PREFIX, EngineTeacher, TeacherSettings
+    from coevolve.agents.teacher import REFLECT_PREFIX, EngineTeacher, TeacherSettings
+    from coevolve.llm.chat import ChatFormat
+    from coevolve.llm.hf_engine import HfEngine
+    from coevolve.llm.models import load_model
 
     model, tokenizer = load_model("tiny-random-llama")
     teacher = EngineTeacher(

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from llm.engine import SamplingParams
-from llm.hf_engine import HfEngine
-from llm.models import load_model
-from rl.batch import SampleBatch
-from rl.update import UpdateHyperparams, grpo_update, make_optimizer, micro_batch_logprobs
+from coevolve.llm.engine import SamplingParams
+from coevolve.llm.hf_engine import HfEngine
+from coevolve.llm.models import load_model
+from coevolve.rl.batch import SampleBatch
+from coevolve.rl.update import UpdateHyperparams, grpo_update, make_optimizer, micro_batch_logprobs
 
 pytestmark = [
     pytest.mark.gpu,

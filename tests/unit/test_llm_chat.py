@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from coevolve.llm.chat import ChatFormat, describe_tool
+from coevolve.llm.models import resolve_model
 from transformers import AutoTokenizer
-
-from llm.chat import ChatFormat, describe_tool
-from llm.models import resolve_model
 
 TOOLS = [
     {

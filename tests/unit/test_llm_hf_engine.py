@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from llm.engine import Completion, Engine, SamplingParams
-from llm.hf_engine import HfEngine, sample_next
-from llm.models import load_model
+from coevolve.llm.engine import Completion, Engine, SamplingParams
+from coevolve.llm.hf_engine import HfEngine, sample_next
+from coevolve.llm.models import load_model
 
 GREEDY = SamplingParams(greedy=True, max_new_tokens=12)
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-
-from llm.engine import SamplingParams
-from llm.hf_engine import HfEngine
-from llm.models import load_model
+from coevolve.llm.engine import SamplingParams
+from coevolve.llm.hf_engine import HfEngine
+from coevolve.llm.models import load_model
 
 
 @pytest.fixture(scope="module")

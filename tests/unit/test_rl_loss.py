@@ -4,9 +4,8 @@ import math
 
 import pytest
 import torch
-
-from rl.advantages import group_advantages
-from rl.loss import grpo_loss
+from coevolve.rl.advantages import group_advantages
+from coevolve.rl.loss import grpo_loss
 
 # ---------------------------------------------------------------- advantages
 

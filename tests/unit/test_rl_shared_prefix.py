@@ -6,11 +6,11 @@ import logging
 import pytest
 import torch
 import transformers
+from coevolve.rl.batch import SampleBatch
+from coevolve.rl.logprobs import token_logprobs
+from coevolve.rl.shared_prefix import common_prefix_length, shared_prefix_logprobs, supports_shared_prefix
+from coevolve.rl.update import UpdateHyperparams, grpo_update, plan_update
 
-from rl.batch import SampleBatch
-from rl.logprobs import token_logprobs
-from rl.shared_prefix import common_prefix_length, shared_prefix_logprobs, supports_shared_prefix
-from rl.update import UpdateHyperparams, grpo_update, plan_update
 from tests.unit.test_rl_update import GradRecorder
 
 VOCAB = 128
@@ -140,7 +140,7 @@ def test_unsupported_architecture_takes_the_plain_path_and_warns_once(caplog, mo
     model = tiny("llama")
     monkeypatch.setattr(model.config, "model_type", "made-up-arch")
     batch = multi_turn_batch(2, 4, VOCAB)
-    with caplog.at_level(logging.WARNING, logger="rl.shared_prefix"):
+    with caplog.at_level(logging.WARNING, logger="coevolve.rl.shared_prefix"):
         assert not supports_shared_prefix(model)
         grads, _ = update_grads(model, batch, shared=True, beta=0.0)
     assert sum("made-up-arch" in r.getMessage() for r in caplog.records) == 1
@@ -150,8 +150,8 @@ def test_unsupported_architecture_takes_the_plain_path_and_warns_once(caplog, mo
 
 @pytest.mark.slow
 def test_smollm2_update_is_training_equivalent():
-    from llm.chat import ChatFormat
-    from llm.models import load_model
+    from coevolve.llm.chat import ChatFormat
+    from coevolve.llm.models import load_model
 
     model, tokenizer = load_model("smollm2-135m")
     chat = [{"role": "user", "content": "List the files in the current directory, then read notes.txt."}]

@@ -5,11 +5,10 @@ import copy
 import pytest
 import torch
 import transformers
-
-from rl.batch import SampleBatch, micro_batches
-from rl.checkpoint import load_checkpoint, load_optimizer_state, save_checkpoint
-from rl.logprobs import token_logprobs
-from rl.update import UpdateHyperparams, grpo_update, make_optimizer, progress_total
+from coevolve.rl.batch import SampleBatch, micro_batches
+from coevolve.rl.checkpoint import load_checkpoint, load_optimizer_state, save_checkpoint
+from coevolve.rl.logprobs import token_logprobs
+from coevolve.rl.update import UpdateHyperparams, grpo_update, make_optimizer, progress_total
 
 VOCAB = 128
 
@@ -289,7 +288,7 @@ def test_peft_checkpoint_saves_the_adapter_and_reloads_it(tmp_path):
 def test_single_step_update_reuses_its_forward_as_old_logprobs(beta, monkeypatch):
     """One epoch, one mini-batch: skipping the old-log-prob pass gives exactly the gradient of the
     update that computes it (the weights cannot move before the only step)."""
-    import rl.update as update
+    import coevolve.rl.update as update
 
     batch = make_batch(SIGNAL)
     hp = UpdateHyperparams(lr=0.0, micro_batch_size=4, beta=beta)
@@ -311,7 +310,7 @@ def test_single_step_update_reuses_its_forward_as_old_logprobs(beta, monkeypatch
 
 
 def test_shard_plan_deals_micro_batches_round_robin_and_keeps_the_whole_token_count():
-    from rl.update import shard_plan
+    from coevolve.rl.update import shard_plan
 
     batch = make_batch(SIGNAL)
     plan = [[[0, 1], [2, 3], [4, 5]], [[6, 7]]]

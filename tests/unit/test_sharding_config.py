@@ -9,7 +9,7 @@ from tests.conftest import CONFIGS
 
 
 def test_fsdp_configs_shard_and_data_parallel_ones_do_not(tmp_path):
-    from stages.distributed_update import sharding_of
+    from coevolve.executors.accelerate_update import sharding_of
 
     assert sharding_of(CONFIGS / "accelerate" / "two-processes.yaml") is None
     assert sharding_of(CONFIGS / "accelerate" / "two-processes-fsdp.yaml") == {"reshard_after_forward": True}
@@ -24,8 +24,9 @@ def test_fsdp_configs_shard_and_data_parallel_ones_do_not(tmp_path):
 
 
 def test_sharded_updates_refuse_lora_before_launching(tmp_path):
-    from flows.config import load_config
-    from stages.distributed_update import launch_update
+    from coevolve.executors.accelerate_update import launch_update
+
+    from coevolve.config import load_config
 
     config = load_config(CONFIGS / "test-tiny.yaml", [
         f"train.accelerate_config={CONFIGS / 'accelerate' / 'two-processes-fsdp.yaml'}", "train.lora_rank=4"])  # fmt: skip
@@ -36,7 +37,7 @@ def test_sharded_updates_refuse_lora_before_launching(tmp_path):
 
 
 def test_machines_come_from_the_config_and_the_flow_is_machine_zero(tmp_path):
-    from stages.distributed_update import machines_of
+    from coevolve.executors.accelerate_update import machines_of
 
     assert machines_of(CONFIGS / "accelerate" / "two-processes.yaml") == 1
     assert machines_of(CONFIGS / "accelerate" / "two-machines.yaml") == 2
@@ -50,7 +51,7 @@ def test_machines_come_from_the_config_and_the_flow_is_machine_zero(tmp_path):
 
 
 def test_a_worker_joins_unfinished_launches_in_round_order(tmp_path):
-    from stages.distributed_update import JOB_FILE, METRICS_FILE, pending_jobs, serve_machine
+    from coevolve.executors.accelerate_update import JOB_FILE, METRICS_FILE, pending_jobs, serve_machine
 
     for round_, finished in [(10, False), (2, False), (1, True)]:
         job_dir = tmp_path / "checkpoints" / f"round={round_}.launch"

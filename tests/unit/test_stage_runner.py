@@ -6,11 +6,11 @@ from __future__ import annotations
 import errno
 
 import pytest
+from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.runner import DiskFullError, StageDef, StageResult, run_stage
+from coevolve.storage.parquet import ArtifactError
 
-from flows.config import load_config
-from stages.context import RunContext
-from stages.runner import DiskFullError, StageDef, StageResult, run_stage
-from storage.parquet import ArtifactError
+from coevolve.config import load_config
 from tests.conftest import CONFIGS
 
 

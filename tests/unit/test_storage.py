@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-
-from storage.catalog import build_catalog, query
-from storage.layout import RunLayout
-from storage.manifest import Manifest, cache_key
-from storage.parquet import ArtifactError
-from storage.schemas import ARTIFACTS
-from storage.store import RunStore
+from coevolve.storage.catalog import build_catalog, query
+from coevolve.storage.layout import RunLayout
+from coevolve.storage.manifest import Manifest, cache_key
+from coevolve.storage.parquet import ArtifactError
+from coevolve.storage.schemas import ARTIFACTS
+from coevolve.storage.store import RunStore
 
 
 def _value(field: pa.Field, i: int):
@@ -93,8 +92,8 @@ def test_catalog_views_expose_hive_columns(tmp_path):
 
 
 def test_a_corrupt_file_is_left_out_of_its_view_and_named(tmp_path):
-    from flows.render import unreadable_notes
-    from storage.catalog import ArtifactFiles
+    from coevolve.flows.render import unreadable_notes
+    from coevolve.storage.catalog import ArtifactFiles
 
     store = RunStore(RunLayout(tmp_path, "a"))
     for r in (0, 1, 2):

@@ -6,15 +6,15 @@ import json
 
 import pytest
 import torch
+from coevolve.evolution.warm_start import RECORD, warm_start_checkpoint, warm_start_tasks
+from coevolve.llm.chat import ChatFormat
+from coevolve.llm.models import load_model
+from coevolve.llm.toolcalls import render_tool_call
+from coevolve.rl.update import micro_batch_logprobs
+from coevolve.rl.warm_start import WarmStart, reference_sample, reference_samples, warm_start
 
-import envs
-from flows.config import load_config
-from llm.chat import ChatFormat
-from llm.models import load_model
-from llm.toolcalls import render_tool_call
-from rl.update import micro_batch_logprobs
-from rl.warm_start import WarmStart, reference_sample, reference_samples, warm_start
-from stages.warm_start import RECORD, warm_start_checkpoint, warm_start_tasks
+from coevolve import envs
+from coevolve.config import load_config
 from tests.conftest import CONFIGS
 
 
@@ -88,7 +88,7 @@ def test_warm_start_checkpoint_is_built_once_and_loadable(tmp_path):
 
 @pytest.mark.slow
 def test_teacher_checkpoint_starts_from_a_checkpoint_and_is_built_once(tmp_path):
-    from stages.warm_start import teacher_checkpoint
+    from coevolve.evolution.warm_start import teacher_checkpoint
 
     config = load_config(CONFIGS / "test-tiny.yaml")
     settings = WarmStart(tasks=4, epochs=1, batch_size=4, seed=1)
@@ -104,7 +104,7 @@ def test_teacher_checkpoint_starts_from_a_checkpoint_and_is_built_once(tmp_path)
 
 
 def test_teacher_key_follows_a_built_start_across_storage_roots_and_a_plain_path_as_given(tmp_path):
-    from stages.warm_start import teacher_key
+    from coevolve.evolution.warm_start import teacher_key
 
     config = load_config(CONFIGS / "test-tiny.yaml")
     settings = WarmStart(tasks=4, seed=1)
@@ -127,9 +127,9 @@ def test_warm_start_settings_are_validated():
 
 @pytest.mark.parametrize("distractors", [0, 2, 3])
 def test_abstraction_example_is_a_reply_the_real_parser_accepts(tiny, distractors):
-    from stages.abstract import parse_task
-    from stages.teacher import ABSTRACT_PREFIX, extract_json
-    from stages.warm_start import abstraction_sample
+    from coevolve.agents.teacher import ABSTRACT_PREFIX, extract_json
+    from coevolve.evolution.warm_start import abstraction_sample
+    from coevolve.stages.abstract import parse_task
 
     _, tokenizer, chat = tiny
     env = envs.make("toolworld", seed=3)
@@ -151,9 +151,9 @@ def test_abstraction_example_is_a_reply_the_real_parser_accepts(tiny, distractor
 
 @pytest.mark.parametrize("calls", [1, 2])
 def test_reflection_example_is_a_reply_the_real_parser_accepts(tiny, calls):
-    from stages.explore import parse_context
-    from stages.teacher import REFLECT_PREFIX
-    from stages.warm_start import reflection_sample
+    from coevolve.agents.teacher import REFLECT_PREFIX
+    from coevolve.evolution.warm_start import reflection_sample
+    from coevolve.stages.explore import parse_context
 
     _, tokenizer, chat = tiny
     env = envs.make("toolworld", seed=3)
@@ -174,7 +174,7 @@ def test_reflection_example_is_a_reply_the_real_parser_accepts(tiny, calls):
 
 
 def test_other_values_are_the_listings_alternatives_to_a_value():
-    from stages.warm_start import other_values
+    from coevolve.evolution.warm_start import other_values
 
     assert other_values(["/a.txt", "/b.txt", "/c.txt"], "/b.txt") == ["/a.txt", "/c.txt"]
     accounts = [{"account_id": "BIZ-4", "balance": 1.0}, {"account_id": "TRV-9", "balance": 2.0}, {"label": "x"}]
@@ -186,8 +186,8 @@ def test_other_values_are_the_listings_alternatives_to_a_value():
 def test_exploration_example_goes_past_the_request_with_a_value_a_listing_showed(tiny):
     import random
 
-    from stages.explore import exploration_task
-    from stages.warm_start import exploration_sample
+    from coevolve.evolution.warm_start import exploration_sample
+    from coevolve.stages.explore import exploration_task
 
     _, tokenizer, chat = tiny
     env = envs.make("toolworld", seed=3)

@@ -4,12 +4,12 @@
 `initial_state`.
 """
 
-from envs.toolworld.apps.bank import BankApp
-from envs.toolworld.apps.base import App, ToolError
-from envs.toolworld.apps.calendar import CalendarApp
-from envs.toolworld.apps.files import FilesApp
-from envs.toolworld.apps.messages import MessagesApp
-from envs.toolworld.apps.shop import ShopApp
+from coevolve.envs.toolworld.apps.bank import BankApp
+from coevolve.envs.toolworld.apps.base import App, ToolError
+from coevolve.envs.toolworld.apps.calendar import CalendarApp
+from coevolve.envs.toolworld.apps.files import FilesApp
+from coevolve.envs.toolworld.apps.messages import MessagesApp
+from coevolve.envs.toolworld.apps.shop import ShopApp
 
 APP_CLASSES: tuple[type[App], ...] = (FilesApp, MessagesApp, CalendarApp, ShopApp, BankApp)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.toolworld.apps.base import App, ToolError, add_money, check_amount, lookup, next_id
+from coevolve.envs.toolworld.apps.base import App, ToolError, add_money, check_amount, lookup, next_id
 
 
 class BankApp(App):

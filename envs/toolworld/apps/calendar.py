@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.toolworld.apps.base import App, check_date, check_text, check_time, lookup, next_id
+from coevolve.envs.toolworld.apps.base import App, check_date, check_text, check_time, lookup, next_id
 
 
 class CalendarApp(App):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.toolworld.apps.base import App, ToolError, check_text, lookup, shown
+from coevolve.envs.toolworld.apps.base import App, ToolError, check_text, lookup, shown
 
 
 def check_path(path: str) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from envs.toolworld.apps.base import App, ToolError, check_text, lookup, next_id, shown
+from coevolve.envs.toolworld.apps.base import App, ToolError, check_text, lookup, next_id, shown
 
 MAX_QUANTITY = 99
 

@@ -34,8 +34,8 @@ from importlib import resources
 from string import Template
 from typing import Any, Protocol
 
-from llm.engine import Engine, SamplingParams
-from stages.context import RunContext
+from coevolve.llm.engine import Engine, SamplingParams
+from coevolve.pipeline.context import RunContext
 
 MAX_REPLY_CHARS = 50_000
 MAX_JSON_DEPTH = 20
@@ -164,15 +164,14 @@ def make_teacher(ctx: RunContext, round_: int, *, policy_round: int | None = Non
     if cfg.type == "local":
         engine, chat = _local_model(cfg.model, cfg.dtype, cfg.device)
         return EngineTeacher(teacher_version(ctx, round_), engine, chat, settings)
-    from llm.chat import ChatFormat
-    from llm.openai_engine import OpenAIEngine
+    from coevolve.llm.chat import ChatFormat
+    from coevolve.llm.openai_engine import OpenAIEngine
 
     if cfg.tokenizer is None:
         tokenizer = ctx.use_policy(_policy_round(ctx, round_, policy_round)).tokenizer
     else:
+        from coevolve.llm.models import resolve_model
         from transformers import AutoTokenizer
-
-        from llm.models import resolve_model
 
         tokenizer = AutoTokenizer.from_pretrained(resolve_model(cfg.tokenizer))
     engine = OpenAIEngine(
@@ -190,9 +189,9 @@ def make_teacher(ctx: RunContext, round_: int, *, policy_round: int | None = Non
 @functools.cache
 def _local_model(name: str, dtype: str, device: str) -> tuple[Engine, Any]:
     """(engine, chat format) of a local teacher model, loaded once per process."""
-    from llm.chat import ChatFormat
-    from llm.hf_engine import HfEngine
-    from llm.models import load_model
+    from coevolve.llm.chat import ChatFormat
+    from coevolve.llm.hf_engine import HfEngine
+    from coevolve.llm.models import load_model
 
     model, tokenizer = load_model(name, dtype=dtype, device=device)
     return HfEngine(model, tokenizer, version=f"local:{name}"), ChatFormat(tokenizer)
@@ -203,7 +202,7 @@ def _local_model(name: str, dtype: str, device: str) -> tuple[Engine, Any]:
 
 def prompt_template(name: str) -> Template:
     """`llm/prompts/<name>.md` as a `string.Template` ($name placeholders; JSON braces stay literal)."""
-    return Template(resources.files("llm").joinpath("prompts", f"{name}.md").read_text(encoding="utf-8"))
+    return Template(resources.files("coevolve.evolution").joinpath("prompts", f"{name}.md").read_text(encoding="utf-8"))
 
 
 def render_prompt(name: str, **values: Any) -> str:

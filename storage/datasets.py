@@ -12,10 +12,11 @@ import math
 import random
 
 import pyarrow as pa
+from coevolve.envs.base import Task
+from coevolve.pipeline.context import RunContext
+from coevolve.storage.manifest import Manifest
 
-from envs.base import Task, ToolCall
-from stages.context import RunContext
-from storage.manifest import Manifest
+from coevolve.core import ToolCall
 
 DATASET_STAGES = ("merge", "bootstrap")
 

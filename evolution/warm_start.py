@@ -27,14 +27,22 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import envs
-from envs.base import Environment, Task, ToolCall, content_hash
-from llm.chat import ChatFormat
-from rl.warm_start import WarmStart, as_batch, reference_sample, warm_start
-from stages.abstract import Group, abstract_messages
-from stages.config import CoevolveConfig
-from stages.explore import ContextEnv, Target, exploration_task, explore_instructions, reflection_messages
-from stages.teacher import ABSTRACT_PREFIX, REFLECT_PREFIX
+from coevolve.agents.teacher import ABSTRACT_PREFIX, REFLECT_PREFIX
+from coevolve.envs.base import Environment, Task
+from coevolve.llm.chat import ChatFormat
+from coevolve.rl.warm_start import WarmStart, as_batch, reference_sample, warm_start
+from coevolve.stages.abstract import Group, abstract_messages
+from coevolve.stages.explore import (
+    ContextEnv,
+    Target,
+    exploration_task,
+    explore_instructions,
+    reflection_messages,
+)
+
+from coevolve import envs
+from coevolve.config import CoevolveConfig
+from coevolve.core import ToolCall, content_hash
 
 SEED_OFFSET = 1_000_003
 RECORD = "warm_start.json"
@@ -228,8 +236,7 @@ def _observe(env: Environment, calls: list[ToolCall]) -> list[tuple[bool, str]]:
 def warm_start_checkpoint(config: CoevolveConfig, settings: WarmStart, directory: Path) -> Path:
     """The warm-started checkpoint of `config`'s policy under `directory`, built if missing."""
     import torch
-
-    from llm.models import load_model
+    from coevolve.llm.models import load_model
 
     target = Path(directory) / warm_start_key(config, settings)
     if (target / RECORD).is_file():
@@ -284,8 +291,7 @@ def teacher_checkpoint(config: CoevolveConfig, start: Path, settings: WarmStart,
     (`reflection_sample`), and an exploration episode each that has a variant to explore
     (`exploration_sample`)."""
     import torch
-
-    from llm.models import load_model
+    from coevolve.llm.models import load_model
 
     target = Path(directory) / teacher_key(config, start, settings, max_distractors=max_distractors)
     if (target / RECORD).is_file():

@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from envs.base import Environment, Evaluation, StepResult, Task
-from llm.chat import ChatFormat
-from llm.engine import Completion, Engine, SamplingParams
+from coevolve.envs.base import Environment, Evaluation, StepResult, Task
+from coevolve.llm.chat import ChatFormat
+from coevolve.llm.engine import Completion, Engine, SamplingParams
 
 _SESSIONS = itertools.count()
 

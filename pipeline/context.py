@@ -13,15 +13,16 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import envs
-from envs.base import Environment, Task
-from stages.config import CoevolveConfig
-from stages.policy import Policy, base_version
-from storage.layout import RunLayout
-from storage.store import RunStore
+from coevolve.agents.policy import Policy, base_version
+from coevolve.envs.base import Environment, Task
+from coevolve.storage.layout import RunLayout
+from coevolve.storage.store import RunStore
+
+from coevolve import envs
+from coevolve.config import CoevolveConfig
 
 if TYPE_CHECKING:
-    from envs.ray_workers import RayEnvPool
+    from coevolve.executors.ray_envs import RayEnvPool
 
 
 @dataclass
@@ -50,7 +51,7 @@ class RunContext:
 
     @cached_property
     def _ray_pool(self) -> RayEnvPool:
-        from envs.ray_workers import RayEnvPool
+        from coevolve.executors.ray_envs import RayEnvPool
 
         runtime = self.config.runtime
         return RayEnvPool(runtime.ray_address, self.config.env.name, self.config.env.options,

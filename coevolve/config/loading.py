@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from stages.config import CoevolveConfig
+from coevolve.config.models import CoevolveConfig
 
 
 class ConfigError(ValueError):

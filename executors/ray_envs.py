@@ -26,8 +26,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import envs
-from envs.base import Action, Evaluation, Observation, StepResult, Task
+from coevolve.envs.base import Action, Evaluation, Observation, StepResult, Task
+
+from coevolve import envs
 
 
 class EnvHost:

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from envs.base import content_hash
-from stages.config import ModelConfig, TrainConfig
+from coevolve.config import ModelConfig, TrainConfig
+from coevolve.core import content_hash
 
 
 def base_version(model: ModelConfig) -> str:
@@ -39,8 +39,8 @@ class Policy:
     _chat: Any = field(default=None, repr=False)
 
     def load_base(self) -> None:
-        from llm.hf_engine import HfEngine
-        from llm.models import load_model
+        from coevolve.llm.hf_engine import HfEngine
+        from coevolve.llm.models import load_model
 
         cfg = self.model_config
         self.model, self.tokenizer = load_model(cfg.name, dtype=cfg.dtype, device=cfg.device)
@@ -57,7 +57,7 @@ class Policy:
 
     def _served_engine(self) -> Any:
         """The policy's inference servers, serving the base weights (their adapter, if any, dropped)."""
-        from llm.openai_engine import OpenAIEngine
+        from coevolve.llm.openai_engine import OpenAIEngine
 
         cfg = self.model_config
         if isinstance(self.engine, OpenAIEngine):
@@ -76,7 +76,7 @@ class Policy:
     @property
     def chat(self) -> Any:
         if self._chat is None:
-            from llm.chat import ChatFormat
+            from coevolve.llm.chat import ChatFormat
 
             self._chat = ChatFormat(self.tokenizer)
         return self._chat
@@ -97,14 +97,14 @@ class Policy:
     def _load_checkpoint(self, version: str, checkpoint: Path) -> None:
         load_checkpoint_weights(self.model, checkpoint, version, lora=bool(self.train_config.lora_rank))
         self.make_optimizer()
-        from rl.checkpoint import load_optimizer_state
+        from coevolve.rl.checkpoint import load_optimizer_state
 
         load_optimizer_state(self.optimizer, checkpoint)
         self.publish(version, checkpoint)
 
     def make_optimizer(self) -> Any:
         if self.optimizer is None:
-            from rl.update import make_optimizer
+            from coevolve.rl.update import make_optimizer
 
             self.optimizer = make_optimizer(self.model, self.train_config.lr, self.train_config.weight_decay)
         return self.optimizer
@@ -115,7 +115,7 @@ class Policy:
         if self.train_config.lora_rank:
             return None
         if self.reference is None:
-            from llm.models import load_model
+            from coevolve.llm.models import load_model
 
             cfg = self.model_config
             self.reference, _ = load_model(cfg.name, dtype=cfg.dtype, device=cfg.device)

@@ -43,9 +43,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from coevolve.storage.parquet import write_text_atomic
 
-from stages.config import CoevolveConfig
-from storage.parquet import write_text_atomic
+from coevolve.config import CoevolveConfig
 
 JOB_FILE = "job.json"
 METRICS_FILE = "metrics.json"
@@ -94,7 +94,7 @@ def launch_update(
 def _launch_command(job_file: Path, launcher: Path, machine_rank: int | None = None) -> list[str]:
     accelerate = Path(sys.executable).with_name("accelerate")
     rank = [] if machine_rank is None else ["--machine_rank", str(machine_rank)]
-    return [str(accelerate), "launch", "--config_file", str(launcher), *rank, "-m", "stages.distributed_update",
+    return [str(accelerate), "launch", "--config_file", str(launcher), *rank, "-m", "coevolve.executors.accelerate_update",
             str(job_file)]  # fmt: skip
 
 
@@ -180,15 +180,14 @@ def serve_machine(run_dir: Path, machine_rank: int, *, jobs: int | None = None, 
 def run_job(job: dict[str, Any]) -> None:
     """One process of a launched update (see the module docstring)."""
     from accelerate import Accelerator
-
-    from llm.models import load_model
-    from rl.checkpoint import load_optimizer_state, read_optimizer_state, save_checkpoint
-    from rl.sharding import full_state, load_full_optimizer_state, shard_model
-    from rl.update import grpo_update, make_optimizer
-    from stages.grpo_update import hyperparams, sample_batch
-    from stages.policy import load_checkpoint_weights, with_lora_adapter
-    from storage.layout import RunLayout
-    from storage.store import RunStore
+    from coevolve.agents.policy import load_checkpoint_weights, with_lora_adapter
+    from coevolve.llm.models import load_model
+    from coevolve.rl.checkpoint import load_optimizer_state, read_optimizer_state, save_checkpoint
+    from coevolve.rl.sharding import full_state, load_full_optimizer_state, shard_model
+    from coevolve.rl.update import grpo_update, make_optimizer
+    from coevolve.stages.grpo_update import hyperparams, sample_batch
+    from coevolve.storage.layout import RunLayout
+    from coevolve.storage.store import RunStore
 
     config = CoevolveConfig.model_validate(yaml.safe_load(job["config"]))
     model_cfg, train = config.model, config.train

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 
-from envs.base import content_hash
-from stages.agent_loop import Episode
+from coevolve.agents.episodes import Episode
+
+from coevolve.core import content_hash
 
 
 def trajectory_id(run: str, round_: int, source: str, task_id: str, sample: int, policy: str) -> str:

@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-
-from stages.context import RunContext
-from storage.manifest import Manifest, cache_key
-from storage.parquet import ArtifactError, file_sha256
+from coevolve.pipeline.context import RunContext
+from coevolve.storage.manifest import Manifest, cache_key
+from coevolve.storage.parquet import ArtifactError, file_sha256
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,33 @@
+"""The run config: frozen pydantic sections (`models`) assembled in `CoevolveConfig`, loaded from YAML
+with `--set key=value` overrides (`loading`).
+
+    from coevolve.config import load_config
+    cfg = load_config("configs/toolworld-smollm2.yaml", ["rollout.k=4"])
+"""
+
+from coevolve.config.loading import ConfigError, apply_override, load_config, parse_config
+from coevolve.config.models import (
+    SIGNAL_KINDS,
+    CoevolveConfig,
+    DatasetConfig,
+    EnvConfig,
+    EvalConfig,
+    EvolveConfig,
+    LocalTeacherConfig,
+    ModelConfig,
+    OpenAITeacherConfig,
+    PolicyTeacherConfig,
+    RolloutConfig,
+    RunSection,
+    RuntimeSection,
+    StorageSection,
+    TeacherConfig,
+    TrainConfig,
+)
+
+__all__ = [
+    "SIGNAL_KINDS", "CoevolveConfig", "ConfigError", "DatasetConfig", "EnvConfig", "EvalConfig", "EvolveConfig",
+    "LocalTeacherConfig", "ModelConfig", "OpenAITeacherConfig", "PolicyTeacherConfig", "RolloutConfig",
+    "RunSection", "RuntimeSection", "StorageSection", "TeacherConfig", "TrainConfig", "apply_override",
+    "load_config", "parse_config",
+]

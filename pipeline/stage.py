@@ -1,0 +1,227 @@
+"""The stage contract: a stage declares what it reads and which config fields it depends on, once.
+
+    ROLLOUT = StageDef(
+        "rollout", version=1,
+        config=("rollout", "env", "model", "run.seed"),
+        reads={"dataset": Dataset(), "policy": Policy(after_round=-1)},
+        compute=roll_out,
+    )
+
+The runner (`pipeline.runner`) derives both the cache key and the inputs handed to `compute` from that
+declaration: every `Read` names a content hash for the key (`key_part`, cheap: manifests and ids) and a
+value for the stage (`load`, only when the stage really runs). A stage never reads storage behind its
+declaration's back, so what its key covers and what it uses cannot drift apart.
+
+Reads:
+- `Artifact(stage, artifact, rounds)`: an upstream artifact of the selected rounds (`this_round`,
+  `rounds_so_far`, `signal_window`); keyed by the files' sha256; loaded as an `Upstream` (tables on demand).
+- `Dataset()`: the dataset version D_r the round trains on (`storage.datasets`); keyed by its file's sha256.
+- `Policy(after_round=...)` / `EvolutionPolicy()`: the policy version that generates; keyed by its name,
+  loaded into memory (`RunContext.use_policy`).
+- `Teacher()`: the teacher of the round's evolution; keyed by its version (`agents.teacher.teacher_version`).
+- `EnvTasks(splits_field)`: the environment's tasks of the splits a config field names; keyed by their ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import pyarrow as pa
+
+from coevolve.core import content_hash
+
+if TYPE_CHECKING:
+    from coevolve.envs.base import Task
+    from coevolve.pipeline.context import RunContext
+    from coevolve.storage.datasets import DatasetVersion
+
+Rounds = Callable[["RunContext", int], list[int]]
+"""Which rounds of an upstream stage a read covers, given the context and the reading round."""
+
+
+def this_round(ctx: RunContext, round_: int) -> list[int]:
+    return [round_]
+
+
+def rounds_so_far(ctx: RunContext, round_: int) -> list[int]:
+    """Every round up to and including the reading one."""
+    return list(range(round_ + 1))
+
+
+def signal_window(ctx: RunContext, round_: int) -> list[int]:
+    """The last W rounds (`signals.window`) up to the reading one."""
+    return [r for r in range(round_ + 1) if r > round_ - ctx.config.signals.window]
+
+
+class Read(Protocol):
+    """One declared input of a stage."""
+
+    def key_part(self, ctx: RunContext, round_: int) -> Any:
+        """What identifies the input's content (hashes, ids, versions): part of the cache key."""
+        ...
+
+    def load(self, ctx: RunContext, round_: int) -> Any:
+        """The input itself, handed to the stage's compute function."""
+        ...
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """An artifact of an upstream stage over some rounds, read on demand."""
+
+    ctx: RunContext
+    stage: str
+    artifact: str
+    rounds: tuple[int, ...]
+
+    def table(self, columns: list[str] | None = None, *, rounds: list[int] | None = None) -> pa.Table:
+        """The rows of the given rounds (default: all the read covers), optionally some columns only."""
+        tables = [self.ctx.store.read(r, self.stage, self.artifact) for r in (rounds or self.rounds)]
+        tables = [t.select(columns) for t in tables] if columns else tables
+        if not tables:
+            from coevolve.storage.schemas import schema_for
+
+            schema = schema_for(self.artifact)
+            return schema.empty_table().select(columns) if columns else schema.empty_table()
+        return pa.concat_tables(tables)
+
+    def rows(self, columns: list[str] | None = None, *, rounds: list[int] | None = None) -> list[dict]:
+        return self.table(columns, rounds=rounds).to_pylist()
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """`artifact` written by `stage` in the rounds `rounds` selects (default: the reading round)."""
+
+    stage: str
+    artifact: str
+    rounds: Rounds = this_round
+
+    def key_part(self, ctx: RunContext, round_: int) -> dict[int, str]:
+        return {r: ctx.store.completed(r, self.stage).artifact_sha(self.artifact, self.stage)
+                for r in self.rounds(ctx, round_)}  # fmt: skip
+
+    def load(self, ctx: RunContext, round_: int) -> Upstream:
+        return Upstream(ctx, self.stage, self.artifact, tuple(self.rounds(ctx, round_)))
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """The dataset version round r trains on: the newest `datasets` written before it."""
+
+    def key_part(self, ctx: RunContext, round_: int) -> str:
+        return ctx.datasets.version_of(round_).sha256
+
+    def load(self, ctx: RunContext, round_: int) -> DatasetVersion:
+        return ctx.datasets.version_of(round_)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The policy after round `round + after_round`'s update (-1 relative: the one the round starts with);
+    `base=True`: the initial weights."""
+
+    after_round: int = -1
+    base: bool = False
+
+    def policy_round(self, round_: int) -> int:
+        return -1 if self.base else round_ + self.after_round
+
+    def key_part(self, ctx: RunContext, round_: int) -> str:
+        return ctx.policy_after(self.policy_round(round_))[0]
+
+    def load(self, ctx: RunContext, round_: int) -> Any:
+        return ctx.use_policy(self.policy_round(round_))
+
+
+@dataclass(frozen=True)
+class EvolutionPolicy:
+    """The policy the round's data evolution uses (`RunContext.evolution_policy_round`): the one before the
+    round's update, or after it with `evolve.verify_after_update`; `base=True`: the initial weights."""
+
+    base: bool = False
+
+    def policy_round(self, ctx: RunContext, round_: int) -> int:
+        return -1 if self.base else ctx.evolution_policy_round(round_)
+
+    def key_part(self, ctx: RunContext, round_: int) -> str:
+        return ctx.policy_after(self.policy_round(ctx, round_))[0]
+
+    def load(self, ctx: RunContext, round_: int) -> Any:
+        return ctx.use_policy(self.policy_round(ctx, round_))
+
+
+@dataclass(frozen=True)
+class Teacher:
+    """The teacher LLM of the round's evolution (`base=True`: a policy teacher is the initial policy)."""
+
+    base: bool = False
+
+    def _policy_round(self, ctx: RunContext, round_: int) -> int:
+        return -1 if self.base else ctx.evolution_policy_round(round_)
+
+    def key_part(self, ctx: RunContext, round_: int) -> str:
+        return ctx.teacher_version(self._policy_round(ctx, round_))
+
+    def load(self, ctx: RunContext, round_: int) -> Any:
+        return ctx.make_teacher(round_, self._policy_round(ctx, round_))
+
+
+@dataclass(frozen=True)
+class EnvTasks:
+    """The environment's tasks of the splits named by the config field `splits` (a split name or a list;
+    None = no split), by split."""
+
+    splits: str
+
+    def names(self, ctx: RunContext) -> list[str]:
+        value = ctx.config.value(self.splits)
+        return [] if value is None else [value] if isinstance(value, str) else list(value)
+
+    def key_part(self, ctx: RunContext, round_: int) -> dict[str, str]:
+        return {split: content_hash([t.id for t in ctx.env_tasks(split)]) for split in self.names(ctx)}
+
+    def load(self, ctx: RunContext, round_: int) -> dict[str, list[Task]]:
+        return {split: ctx.env_tasks(split) for split in self.names(ctx)}
+
+
+@dataclass(frozen=True)
+class StageResult:
+    artifacts: dict[str, list[dict[str, Any]] | pa.Table]
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+
+class Inputs(Mapping[str, Any]):
+    """A stage's declared inputs, each loaded on first access; `key` is the stage run's cache key."""
+
+    def __init__(self, ctx: RunContext, round_: int, reads: Mapping[str, Read], key: str) -> None:
+        self._ctx, self._round, self._reads, self.key = ctx, round_, reads, key
+        self._loaded: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._reads:
+            raise KeyError(f"input {name!r} is not declared by the stage (declared: {', '.join(self._reads)})")
+        if name not in self._loaded:
+            self._loaded[name] = self._reads[name].load(self._ctx, self._round)
+        return self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._reads)
+
+    def __len__(self) -> int:
+        return len(self._reads)
+
+
+@dataclass(frozen=True)
+class StageDef:
+    """A stage: its name, code version (bump it when its output for the same inputs changes), the config
+    fields it depends on (dotted paths to a section or one field), what it reads, and its compute function
+    `(context, round, inputs) -> StageResult`."""
+
+    name: str
+    version: int
+    config: tuple[str, ...]
+    reads: Mapping[str, Read]
+    compute: Callable[[RunContext, int, Inputs], StageResult]
