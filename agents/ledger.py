@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 
 from coevolve.agents.episodes import Episode
-
 from coevolve.core import content_hash
 
 

@@ -12,12 +12,16 @@ version being trained (the rollout stage refuses samples of any other version).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coevolve.config import ModelConfig, TrainConfig
+from coevolve.config import CoevolveConfig, ModelConfig, TrainConfig
 from coevolve.core import content_hash
+
+EngineFactory = Callable[["Policy"], Any]
+"""Builds the inference engine of a policy whose model and tokenizer are loaded (`Policy.load_base`)."""
 
 
 def base_version(model: ModelConfig) -> str:
@@ -36,6 +40,8 @@ class Policy:
     optimizer: Any = None
     reference: Any = None
     version: str = ""
+    engine_factory: EngineFactory | None = None
+    """Builds the engine once the model is loaded; None: `HfEngine` in process, `OpenAIEngine` with servers."""
     _chat: Any = field(default=None, repr=False)
 
     def load_base(self) -> None:
@@ -47,7 +53,9 @@ class Policy:
         if self.train_config.lora_rank:
             self.model = with_lora_adapter(self.model, self.train_config)
         self.version = base_version(cfg)
-        if cfg.servers:
+        if self.engine_factory is not None:
+            self.engine = self.engine_factory(self)
+        elif cfg.servers:
             self.engine = self._served_engine()
         else:
             self.engine = HfEngine(
@@ -158,3 +166,16 @@ def with_lora_adapter(model: Any, train: TrainConfig) -> Any:
     with torch.random.fork_rng():  # the adapter's initial weights are the same in every process
         torch.manual_seed(0)
         return get_peft_model(model, config)
+
+
+def update_hyperparams(config: CoevolveConfig) -> Any:
+    """The GRPO update's settings from the run config (`rl.update.UpdateHyperparams`)."""
+    from coevolve.rl.update import UpdateHyperparams
+
+    t = config.train
+    return UpdateHyperparams(
+        lr=t.lr, clip_low=t.clip_low, clip_high=t.clip_high, beta=t.beta, micro_batch_size=t.micro_batch_size,
+        epochs=t.epochs, mini_batches=t.mini_batches, max_grad_norm=t.max_grad_norm,
+        temperature=config.rollout.temperature, weight_decay=t.weight_decay,
+        shared_prefix=t.shared_prefix,
+    )

@@ -26,16 +26,16 @@ from collections import Counter
 from pathlib import Path
 
 import duckdb
+
+from coevolve import envs
 from coevolve.agents.teacher import EngineTeacher, TeacherSettings
 from coevolve.envs.base import Task
+from coevolve.evolution.abstraction import abstract_groups, build_groups, single_call_groups
+from coevolve.evolution.verification import VerifySettings, check_solutions
 from coevolve.llm.chat import ChatFormat
 from coevolve.llm.hf_engine import HfEngine
 from coevolve.llm.models import load_model
-from coevolve.stages.abstract import abstract_groups, build_groups, single_call_groups
-from coevolve.stages.verify import VerifySettings, check_solutions
 from coevolve.storage.datasets import task_from_row
-
-from coevolve import envs
 
 
 def stored_groups(root: Path, env_name: str) -> list:

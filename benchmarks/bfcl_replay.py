@@ -17,14 +17,13 @@ import statistics
 import time
 from typing import Any
 
+from coevolve import envs
 from coevolve.envs.base import Action, Environment, StepResult, Task
 from coevolve.envs.bfcl import data
 from coevolve.envs.bfcl.backends import Scenario
 from coevolve.envs.bfcl.checker import check_turns
 from coevolve.envs.bfcl.official import official_check
 from coevolve.envs.replay import replay_reference
-
-from coevolve import envs
 
 
 class TimedEnv:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+
 from coevolve.storage.catalog import build_catalog, query
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.schemas import ARTIFACTS

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 
+from coevolve import envs
 from coevolve.envs.toolworld.demonstrations import demonstrations
 from coevolve.llm.chat import ChatFormat
 from coevolve.llm.engine import SamplingParams
 from coevolve.llm.hf_engine import HfEngine
 from coevolve.llm.models import load_model
 from coevolve.llm.toolcalls import parse_tool_calls
-
-from coevolve import envs
 
 
 def calls_only(messages: list[dict]) -> list[dict]:

@@ -22,6 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import torch
+
 from coevolve.llm.engine import SamplingParams
 from coevolve.llm.hf_engine import HfEngine
 from coevolve.llm.models import load_model

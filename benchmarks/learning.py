@@ -75,16 +75,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
+
 from coevolve.rl.warm_start import WarmStart
 
 ARMS: dict[str, tuple[str, ...]] = {
     "grpo": ("evolve.every=0",),
     "coevolve": (),
-    "no-forgetting": ("evolve.kinds=[boundary, rare]",),
-    "no-boundary": ("evolve.kinds=[forgetting, rare]",),
-    "no-rare": ("evolve.kinds=[forgetting, boundary]",),
-    "no-verify": ("evolve.verify=false",),
-    "unguided": ("evolve.guided=false",),
+    "no-forgetting": ("signals.kinds=[boundary, rare]",),
+    "no-boundary": ("signals.kinds=[forgetting, rare]",),
+    "no-rare": ("signals.kinds=[forgetting, boundary]",),
+    "no-verify": ("verify.enabled=false",),
+    "unguided": ("explore.guided=false",),
 }
 QUICK_ARMS = ("grpo", "coevolve")
 QUICK_OVERRIDES = ("eval.max_tasks=8",)
@@ -190,9 +191,8 @@ def share_with_grpo(plan: Plan, root: Path, arm: str, seed: int) -> list[tuple[i
     if (arm == "grpo" or not plan.share or RunLayout(root, target).rounds()
             or not RunLayout(root, source).config_path.exists()):  # fmt: skip
         return []
-    from coevolve.flows.fork import fork_run
-
     from coevolve.config import load_config
+    from coevolve.flows.fork import fork_run
 
     copied = fork_run(load_config(plan.config, run_overrides(plan, arm, seed)), root, source, target, plan.rounds)
     print(f"--- {target}: forked from {source}, {len(copied)} stages copied "
@@ -731,9 +731,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 def run_benchmark(plan: Plan, out: Path, *, run: bool = True) -> str:
     """Run every arm of `plan` (`run=False`: only read the stored runs), write the outputs into `out`,
     return the report (markdown)."""
-    from coevolve.flows.runs import storage_root
-
     from coevolve.config import load_config
+    from coevolve.flows.runs import storage_root
 
     config = load_config(plan.config, list(plan.overrides))
     if config.evolve.every == 0 and set(plan.arms) - {"grpo"}:

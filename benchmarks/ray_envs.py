@@ -27,12 +27,11 @@ import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
+from coevolve import envs
 from coevolve.envs.base import Task
 from coevolve.envs.bfcl import data
 from coevolve.envs.replay import replay_reference
 from coevolve.executors.ray_envs import RayEnvPool
-
-from coevolve import envs
 
 
 def _replay_in_process(category: str, task: Task) -> bool:

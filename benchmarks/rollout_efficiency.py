@@ -14,13 +14,12 @@ from __future__ import annotations
 import argparse
 import time
 
+from coevolve import envs
 from coevolve.agents.episodes import EpisodeLimits, run_episodes
 from coevolve.llm.chat import ChatFormat
 from coevolve.llm.engine import SamplingParams
 from coevolve.llm.hf_engine import HfEngine
 from coevolve.llm.models import load_model
-
-from coevolve import envs
 
 
 class NeverStops(HfEngine):

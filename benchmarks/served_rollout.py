@@ -26,14 +26,14 @@ import time
 import urllib.request
 
 import torch
+
+from coevolve import envs
 from coevolve.agents.episodes import EpisodeLimits, run_episodes
 from coevolve.llm.chat import ChatFormat
 from coevolve.llm.engine import SamplingParams
 from coevolve.llm.hf_engine import HfEngine
 from coevolve.llm.models import load_model
 from coevolve.llm.openai_engine import OpenAIEngine
-
-from coevolve import envs
 
 
 def _rollout(engine, chat: ChatFormat, jobs, sampling: SamplingParams, limits: EpisodeLimits) -> dict:

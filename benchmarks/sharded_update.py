@@ -33,6 +33,7 @@ def worker(model_name: str, prompt: int, sharded: bool, out: Path) -> None:
     """One process of a launched update (under `accelerate launch`)."""
     import torch
     from accelerate import Accelerator
+
     from coevolve.benchmarks.update_memory import learning_shaped_batch
     from coevolve.llm.models import load_model
     from coevolve.rl.sharding import full_state, shard_model

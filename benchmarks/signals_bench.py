@@ -23,6 +23,7 @@ from itertools import pairwise
 
 import numpy as np
 import polars as pl
+
 from coevolve.evolution.signals import extract_signals
 
 

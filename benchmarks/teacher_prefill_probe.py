@@ -13,13 +13,13 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from coevolve.agents.teacher import REFLECT_PREFIX, EngineTeacher, TeacherSettings
+from coevolve import envs
+from coevolve.agents.teacher import EngineTeacher, TeacherSettings
+from coevolve.evolution.exploration import Target, parse_context, reflection_messages
+from coevolve.evolution.prompts import REFLECT_PREFIX
 from coevolve.llm.chat import ChatFormat
 from coevolve.llm.hf_engine import HfEngine
 from coevolve.llm.models import load_model
-from coevolve.stages.explore import Target, parse_context, reflection_messages
-
-from coevolve import envs
 
 FAILED_STEP = {"step": 0, "call_index": 0, "kind": "call", "tool": "balance", "arguments": "{}", "ok": False,
                "observation": 'unknown tool "balance"', "reply": ""}  # fmt: skip

@@ -33,9 +33,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=TEACHER_BUILD.seed, help="task draw; the policy's warm start uses 0")
     args = parser.parse_args()
 
-    from coevolve.evolution.warm_start import teacher_checkpoint
-
     from coevolve.config import load_config
+    from coevolve.evolution.warm_start import teacher_checkpoint
 
     settings = replace(TEACHER_BUILD, tasks=args.tasks, epochs=args.epochs, seed=args.seed)
     path = teacher_checkpoint(load_config(args.config), args.start, settings, args.root / "warm-start",

@@ -51,10 +51,9 @@ def learning_shaped_batch(prompt: int, replies: int = 4, reply: int = 48, tool: 
 
 
 def run_variant(variant: str, model_name: str, prompt: int) -> dict:
+    from coevolve import rl  # noqa: E402
     from coevolve.llm.models import load_model
     from coevolve.rl.update import UpdateHyperparams, grpo_update, make_optimizer
-
-    from coevolve import rl  # noqa: E402
 
     scope, prefix = variant.split("/")
     if scope == "all":  # the baseline: a vocabulary projection at every position, whatever the loss mask

@@ -25,6 +25,7 @@ import resource
 import time
 
 import torch
+
 from coevolve.benchmarks.trl_baseline import synthetic_samples, trl_update_seconds
 from coevolve.rl.batch import SampleBatch
 from coevolve.rl.update import UpdateHyperparams, grpo_update, make_optimizer
@@ -48,7 +49,6 @@ def ours(model, batch: SampleBatch, *, shared: bool, lora: bool, args) -> dict:
     reference = None
     if lora:
         from coevolve.agents.policy import with_lora_adapter
-
         from coevolve.config import TrainConfig
 
         model = with_lora_adapter(model, TrainConfig(lora_rank=16, lora_alpha=32))

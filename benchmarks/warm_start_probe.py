@@ -13,16 +13,15 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from coevolve import envs
 from coevolve.agents.episodes import EpisodeLimits, run_episodes
+from coevolve.config import load_config
 from coevolve.evolution.warm_start import warm_start_checkpoint
 from coevolve.llm.chat import ChatFormat
 from coevolve.llm.engine import SamplingParams
 from coevolve.llm.hf_engine import HfEngine
 from coevolve.llm.models import cache_dir, load_model
 from coevolve.rl.warm_start import WarmStart
-
-from coevolve import envs
-from coevolve.config import load_config
 
 
 def main() -> None:

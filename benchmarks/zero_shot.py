@@ -14,13 +14,12 @@ import json
 import time
 from collections import defaultdict
 
+from coevolve import envs
 from coevolve.agents.episodes import EpisodeLimits, run_episodes
 from coevolve.llm.chat import ChatFormat
 from coevolve.llm.engine import SamplingParams
 from coevolve.llm.hf_engine import HfEngine
 from coevolve.llm.models import load_model
-
-from coevolve import envs
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ id and re-running a stage produces the same rows.
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -54,6 +55,27 @@ class Task(BaseModel):
     @staticmethod
     def make_id(env: str, initial_state: Any, turns: list[str], checker: Any) -> str:
         return content_hash({"env": env, "state": initial_state, "turns": turns, "checker": checker})
+
+    def to_row(self) -> dict[str, Any]:
+        """The task as a `tasks` artifact row (nested payloads as JSON text)."""
+        solution = None if self.solution is None else [[c.model_dump() for c in turn] for turn in self.solution]
+        return {
+            "task_id": self.id, "env": self.env, "split": self.split, "family": self.family,
+            "source": self.source, "turns": json.dumps(self.turns), "initial_state": json.dumps(self.initial_state),
+            "solution": None if solution is None else json.dumps(solution),
+            "checker": json.dumps(self.checker), "lineage": json.dumps(self.lineage),
+        }
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Task:
+        """The task a `tasks` artifact row holds."""
+        solution = row["solution"]
+        return cls(
+            id=row["task_id"], env=row["env"], split=row["split"], family=row["family"], source=row["source"],
+            turns=json.loads(row["turns"]), initial_state=json.loads(row["initial_state"]),
+            solution=None if solution is None else [[ToolCall(**c) for c in t] for t in json.loads(solution)],
+            checker=json.loads(row["checker"]), lineage=json.loads(row["lineage"]),
+        )
 
 
 class Observation(BaseModel):

@@ -27,22 +27,21 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from coevolve.agents.teacher import ABSTRACT_PREFIX, REFLECT_PREFIX
+from coevolve import envs
+from coevolve.config import CoevolveConfig
+from coevolve.core import ToolCall, content_hash
 from coevolve.envs.base import Environment, Task
-from coevolve.llm.chat import ChatFormat
-from coevolve.rl.warm_start import WarmStart, as_batch, reference_sample, warm_start
-from coevolve.stages.abstract import Group, abstract_messages
-from coevolve.stages.explore import (
+from coevolve.evolution.abstraction import Group, abstract_messages
+from coevolve.evolution.exploration import (
     ContextEnv,
     Target,
     exploration_task,
     explore_instructions,
     reflection_messages,
 )
-
-from coevolve import envs
-from coevolve.config import CoevolveConfig
-from coevolve.core import ToolCall, content_hash
+from coevolve.evolution.prompts import ABSTRACT_PREFIX, REFLECT_PREFIX
+from coevolve.llm.chat import ChatFormat
+from coevolve.rl.warm_start import WarmStart, as_batch, reference_sample, warm_start
 
 SEED_OFFSET = 1_000_003
 RECORD = "warm_start.json"
@@ -51,7 +50,7 @@ RECORD = "warm_start.json"
 def warm_start_key(config: CoevolveConfig, settings: WarmStart) -> str:
     return content_hash({"model": config.model.name, "dtype": config.model.dtype, "env": config.env.name,
                          "options": config.env.options, "settings": asdict(settings),
-                         "max_tasks": config.evolve.max_tasks_per_group}, length=12)  # fmt: skip
+                         "max_tasks": config.abstract.max_tasks_per_group}, length=12)  # fmt: skip
 
 
 def warm_start_tasks(config: CoevolveConfig, settings: WarmStart) -> list[Task]:
@@ -236,6 +235,7 @@ def _observe(env: Environment, calls: list[ToolCall]) -> list[tuple[bool, str]]:
 def warm_start_checkpoint(config: CoevolveConfig, settings: WarmStart, directory: Path) -> Path:
     """The warm-started checkpoint of `config`'s policy under `directory`, built if missing."""
     import torch
+
     from coevolve.llm.models import load_model
 
     target = Path(directory) / warm_start_key(config, settings)
@@ -249,7 +249,7 @@ def warm_start_checkpoint(config: CoevolveConfig, settings: WarmStart, directory
     rows = [reference_sample(env, chat, task) for task in tasks]
     groups = [("agent", task.family) for task in tasks]
     if settings.teacher:
-        rows += [abstraction_sample(env, chat, task, config.evolve.max_tasks_per_group) for task in tasks]
+        rows += [abstraction_sample(env, chat, task, config.abstract.max_tasks_per_group) for task in tasks]
         groups += [("abstract", task.family) for task in tasks]
     samples = as_batch(rows, groups)
     print(f"warm start: {len(rows)} examples ({len(tasks)} tasks), {settings.epochs} epochs",
@@ -276,7 +276,7 @@ def teacher_key(config: CoevolveConfig, start: Path | str, settings: WarmStart, 
                         "max_distractors": max_distractors,
                         "replies": ["abstract", "reflect", "explore"],
                         "env": config.env.name, "options": config.env.options,
-                        "max_tasks": config.evolve.max_tasks_per_group}, length=12)  # fmt: skip
+                        "max_tasks": config.abstract.max_tasks_per_group}, length=12)  # fmt: skip
     return f"teacher-{key}"
 
 
@@ -291,6 +291,7 @@ def teacher_checkpoint(config: CoevolveConfig, start: Path, settings: WarmStart,
     (`reflection_sample`), and an exploration episode each that has a variant to explore
     (`exploration_sample`)."""
     import torch
+
     from coevolve.llm.models import load_model
 
     target = Path(directory) / teacher_key(config, start, settings, max_distractors=max_distractors)
@@ -302,7 +303,7 @@ def teacher_checkpoint(config: CoevolveConfig, start: Path, settings: WarmStart,
     tasks = warm_start_tasks(config, settings)
     env, chat, rng = envs.make(config.env.name, **config.env.options), ChatFormat(tokenizer), random.Random(settings.seed)
     distractors = [rng.randint(0, max_distractors) for _ in tasks]
-    rows = [abstraction_sample(env, chat, task, config.evolve.max_tasks_per_group, distractors=n, rng=rng)
+    rows = [abstraction_sample(env, chat, task, config.abstract.max_tasks_per_group, distractors=n, rng=rng)
             for task, n in zip(tasks, distractors, strict=True)]  # fmt: skip
     rows += [reflection_sample(env, chat, task, rng=rng) for task in tasks]
     groups = [("abstract", t.family) for t in tasks] + [("reflect", t.family) for t in tasks]

@@ -2,7 +2,7 @@
 
 With `train.accelerate_config` set, the grpo_update stage writes a job file and runs
 
-    accelerate launch --config_file <train.accelerate_config> -m stages.distributed_update <job.json>
+    accelerate launch --config_file <train.accelerate_config> -m coevolve.executors.accelerate_update <job.json>
 
 Every process loads the policy the round starts from (the base model, or the previous round's checkpoint
 with its optimizer state), reads the round's `samples` from the run store, and runs `rl.update.grpo_update`
@@ -43,9 +43,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from coevolve.storage.parquet import write_text_atomic
 
 from coevolve.config import CoevolveConfig
+from coevolve.storage.parquet import write_text_atomic
 
 JOB_FILE = "job.json"
 METRICS_FILE = "metrics.json"
@@ -180,12 +180,13 @@ def serve_machine(run_dir: Path, machine_rank: int, *, jobs: int | None = None, 
 def run_job(job: dict[str, Any]) -> None:
     """One process of a launched update (see the module docstring)."""
     from accelerate import Accelerator
-    from coevolve.agents.policy import load_checkpoint_weights, with_lora_adapter
+
+    from coevolve.agents.policy import load_checkpoint_weights, update_hyperparams, with_lora_adapter
     from coevolve.llm.models import load_model
+    from coevolve.rl.batch import samples_batch
     from coevolve.rl.checkpoint import load_optimizer_state, read_optimizer_state, save_checkpoint
     from coevolve.rl.sharding import full_state, load_full_optimizer_state, shard_model
     from coevolve.rl.update import grpo_update, make_optimizer
-    from coevolve.stages.grpo_update import hyperparams, sample_batch
     from coevolve.storage.layout import RunLayout
     from coevolve.storage.store import RunStore
 
@@ -207,13 +208,13 @@ def run_job(job: dict[str, Any]) -> None:
         load_full_optimizer_state(model, optimizer, read_optimizer_state(previous))
     elif previous is not None:
         load_optimizer_state(optimizer, previous)
-    hp = hyperparams(config)
+    hp = update_hyperparams(config)
     reference = None
     if hp.beta > 0 and not train.lora_rank:  # with LoRA the reference is the adapter disabled
         reference, _ = load_model(model_cfg.name, dtype=model_cfg.dtype, device=device)
         reference.eval().requires_grad_(False)
     store = RunStore(RunLayout(Path(job["root"]), job["run"]))
-    batch = sample_batch(store.read(job["round"], "rollout", "samples"))
+    batch = samples_batch(store.read(job["round"], "rollout", "samples"))
     result = grpo_update(model, reference, optimizer, batch, hp, accelerator=accelerator)
     gathered = full_state(model, optimizer) if sharding is not None else None  # every process takes part
     if accelerator.is_main_process:

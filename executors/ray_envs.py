@@ -26,9 +26,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from coevolve.envs.base import Action, Evaluation, Observation, StepResult, Task
-
 from coevolve import envs
+from coevolve.envs.base import Action, Evaluation, Observation, StepResult, Task
 
 
 class EnvHost:

@@ -61,10 +61,9 @@ def quiet_libraries() -> None:
 
 def _user_errors() -> tuple[type[Exception], ...]:
     """Exceptions that mean bad input or state (config, run, artifacts), shown as one paragraph."""
+    from coevolve.config import ConfigError
     from coevolve.flows.runs import RunError
     from coevolve.storage.parquet import ArtifactError
-
-    from coevolve.config import ConfigError
 
     return ConfigError, RunError, ArtifactError
 
@@ -201,10 +200,9 @@ def fork(
     """Start run TARGET from the stages of run SOURCE that its config (the source's, or --config, plus
     --set) would compute identically; `coevolve run --run TARGET` then computes only the rest. E.g.
     `coevolve fork grpo-s0 coevolve-s0 --set evolve.every=1` shares round 0's rollout, update and evals."""
+    from coevolve.config import load_config
     from coevolve.flows.fork import fork_run
     from coevolve.storage.layout import RunLayout
-
-    from coevolve.config import load_config
 
     base = config or RunLayout(_root(root), source).config_path
     try:
@@ -229,9 +227,8 @@ def _did_you_mean(name: str) -> str:
 
 def _stage_config(layout, overrides: list[str], *, force: bool):
     """The run's saved config; overrides are validated, then saved into it (with a note)."""
-    from coevolve.flows.runs import check_compatible, persist_overrides
-
     from coevolve.config import load_config
+    from coevolve.flows.runs import check_compatible, persist_overrides
 
     before = load_config(layout.config_path)
     if not overrides:
@@ -254,6 +251,7 @@ def sql(
     """Query every run with DuckDB (views over the Parquet artifacts, with run/round/stage columns;
     see docs/sql.md)."""
     import duckdb
+
     from coevolve.storage.catalog import ArtifactFiles
     from coevolve.storage.catalog import query as run_query
 
@@ -291,6 +289,7 @@ def show(
     """Show one task (turns, solution, checker, lineage, success per round) or one trajectory
     (messages, tool calls and observations, reward, its task) as a readable conversation."""
     import duckdb
+
     from coevolve.flows.show import IdLookupError
     from coevolve.flows.show import show as show_item
 
@@ -338,9 +337,8 @@ def env_replay(
     split: Annotated[str, typer.Option(help="Split to replay.")] = "test",
 ) -> None:
     """Replay every reference solution of a split through the episode loop; prints the success rate."""
-    from coevolve.envs.replay import replay_reference
-
     from coevolve import envs
+    from coevolve.envs.replay import replay_reference
 
     env = envs.make(name)
     if split not in env.splits():
@@ -373,9 +371,8 @@ def engine_serve(
     """Start a vLLM OpenAI-compatible server for the policy, LoRA hot-loading on (llm/vllm_server.py)."""
     import shlex
 
-    from coevolve.llm.vllm_server import find_vllm, serve_command
-
     from coevolve.config import load_config
+    from coevolve.llm.vllm_server import find_vllm, serve_command
 
     try:
         cfg = load_config(config, overrides or [])

@@ -17,15 +17,17 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
 from coevolve.flows.runs import resolve_run, rounds_to_run
 from coevolve.flows.summary import publish_round
 from coevolve.pipeline.context import RunContext
-from coevolve.pipeline.runner import StageDef, StageRecord, run_stage
+from coevolve.pipeline.runner import StageRecord, run_stage
+from coevolve.pipeline.stage import StageDef
 from coevolve.stages import round_plan
 from coevolve.storage.catalog import build_catalog
 from coevolve.storage.parquet import write_text_atomic
-from prefect import flow, task
-from prefect.cache_policies import NO_CACHE
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,7 @@ def run_rounds(ctx: RunContext, rounds: int, *, force: bool = False) -> list[Rou
 def _refresh_catalog(ctx: RunContext) -> None:
     """Rewrite the DuckDB catalog; a catalog problem (corrupt file elsewhere) warns, never fails the run."""
     import duckdb
+
     from coevolve.flows.render import explain_query_error
 
     try:
@@ -126,7 +129,13 @@ def coevolve(
     force: recompute every stage, and accept a config that changes the run's model or environment.
     """
     cfg, name, root = resolve_run(config, run, overrides or [], force=force)
-    ctx = RunContext.create(cfg, name, root)
+    return run_context(RunContext.create(cfg, name, root), rounds=rounds, more=more, force=force)
+
+
+def run_context(ctx: RunContext, *, rounds: int | None = None, more: int | None = None,
+                force: bool = False) -> dict[str, Any]:
+    """Run or continue the run of `ctx` (inside the caller's flow run, if any): what `coevolve` returns.
+    Tests hand in a context whose engine and teacher factories are fakes."""
     reports = run_rounds(ctx, rounds_to_run(ctx, rounds, more), force=force)
     return {
         "run": ctx.run,

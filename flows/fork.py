@@ -26,17 +26,18 @@ import shutil
 from pathlib import Path
 
 import pyarrow as pa
+
 from coevolve.agents.ledger import group_id, trajectory_id
+from coevolve.config import CoevolveConfig
 from coevolve.flows.runs import RunError
 from coevolve.pipeline.context import RunContext
-from coevolve.pipeline.runner import StageDef, is_cached, stage_key
+from coevolve.pipeline.runner import is_cached, stage_key
+from coevolve.pipeline.stage import StageDef
 from coevolve.stages import round_plan
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.manifest import Manifest
 from coevolve.storage.parquet import ArtifactError, write_text_atomic
 from coevolve.storage.store import RunStore
-
-from coevolve.config import CoevolveConfig
 
 FORKABLE = frozenset({"trajectories", "steps", "samples", "updates", "evals", "tasks", "datasets"})
 """Artifacts a fork can copy: the rollout ledger, updates, evaluations and the seed dataset."""

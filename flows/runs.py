@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from coevolve.config import CoevolveConfig, load_config
 from coevolve.pipeline.context import RunContext
 from coevolve.stages import round_plan
 from coevolve.storage.layout import RunLayout
-
-from coevolve.config import CoevolveConfig, load_config
 
 IDENTITY_FIELDS = ("model.name", "env.name")
 """Config fields that define a run: changing one mid-run needs a new run name or `--force`."""

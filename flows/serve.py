@@ -53,8 +53,9 @@ def api_problem(*, required: bool, timeout: float = 3.0) -> str | None:
 
 def serve_deployment(name: str = "round", *, limit: int | None = 1) -> None:
     """Block, serving `coevolve/<name>`; each triggered run executes the flow in a subprocess."""
-    from coevolve.flows.coevolve import coevolve
     from prefect.deployments.runner import EntrypointType
+
+    from coevolve.flows.coevolve import coevolve
 
     coevolve.serve(
         name=name,

@@ -23,9 +23,8 @@ import json
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from coevolve.llm.toolcalls import render_tool_call
-
 from coevolve.core import ToolCall
+from coevolve.llm.toolcalls import render_tool_call
 
 START, END = "<|im_start|>", "<|im_end|>"
 ROLES = ("system", "user", "assistant", "tool")

@@ -1,7 +1,14 @@
-"""What every stage of a run gets: the config, the run's storage, environments and the policy.
+"""What every stage of a run gets: the config, the run's storage, environments, the policy and the teacher.
 
 A `RunContext` lives as long as the process that drives the run (the Prefect flow or a `coevolve stage`
 call). It is never serialised: Prefect tasks receive it as an in-process argument with caching off.
+
+The parts a test replaces enter here, never by patching modules: `engine_factory` builds the policy's
+inference engine from its loaded model (default: `HfEngine` in process, `OpenAIEngine` with
+`model.servers`), `teacher_factory` builds the teacher of a round (default: `agents.teacher.make_teacher`).
+
+    ctx = RunContext.create(config, "demo", Path("runs"))
+    ctx = RunContext.create(config, "t", tmp, teacher_factory=ScriptedTeacherFactory(...))   # tests
 """
 
 from __future__ import annotations
@@ -13,16 +20,20 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coevolve.agents.policy import Policy, base_version
+from coevolve import envs
+from coevolve.agents.policy import EngineFactory, Policy, base_version
+from coevolve.config import CoevolveConfig
 from coevolve.envs.base import Environment, Task
+from coevolve.storage.datasets import Datasets
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.store import RunStore
 
-from coevolve import envs
-from coevolve.config import CoevolveConfig
-
 if TYPE_CHECKING:
+    from coevolve.agents.teacher import Teacher
     from coevolve.executors.ray_envs import RayEnvPool
+
+TeacherFactory = Callable[["RunContext", int], "Teacher"]
+"""(context, policy round) -> the teacher; the policy round is the one a policy teacher uses (-1: base)."""
 
 
 @dataclass
@@ -30,18 +41,28 @@ class RunContext:
     config: CoevolveConfig
     store: RunStore
     quiet: bool = False
+    engine_factory: EngineFactory | None = None
+    """Builds the policy's engine from its loaded model; None: the configured one."""
+    teacher_factory: TeacherFactory | None = None
+    """Builds the teacher; None: `agents.teacher.make_teacher`."""
     policy: Policy = field(init=False)
 
     def __post_init__(self) -> None:
-        self.policy = Policy(self.config.model, self.config.train)
+        self.policy = Policy(self.config.model, self.config.train, engine_factory=self.engine_factory)
 
     @classmethod
-    def create(cls, config: CoevolveConfig, run: str, root: Path, *, quiet: bool = False) -> RunContext:
-        return cls(config, RunStore(RunLayout(root, run)), quiet=quiet)
+    def create(cls, config: CoevolveConfig, run: str, root: Path, **options: Any) -> RunContext:
+        return cls(config, RunStore(RunLayout(root, run)), **options)
 
     @property
     def run(self) -> str:
         return self.store.run
+
+    @cached_property
+    def datasets(self) -> Datasets:
+        return Datasets(self.store)
+
+    # -- environments ------------------------------------------------------------------------------
 
     def make_env(self) -> Environment:
         """A fresh environment for one episode: in this process, or in a Ray actor (`runtime.ray_address`)."""
@@ -70,6 +91,12 @@ class RunContext:
             )
         return env.tasks(split)
 
+    def tasks(self, task_ids: list[str], round_: int) -> list[Task]:
+        """The Task objects of `task_ids` from the dataset versions up to round `round_`."""
+        return [Task.from_row(row) for row in self.datasets.version_of(round_ + 1).task_rows(task_ids)]
+
+    # -- policy and teacher ------------------------------------------------------------------------
+
     def policy_after(self, round_: int) -> tuple[str, Path | None]:
         """Version (and checkpoint) of the policy after round `round_`'s update; -1 = the base model."""
         if round_ < 0:
@@ -88,6 +115,24 @@ class RunContext:
         version, checkpoint = self.policy_after(round_)
         self.policy.ensure(version, checkpoint)
         return self.policy
+
+    def teacher_version(self, policy_round: int) -> str:
+        """Names the teacher's weights for cache keys: the policy version, or the configured model."""
+        from coevolve.agents.teacher import teacher_version
+
+        policy = self.policy_after(policy_round)[0] if self.config.teacher.type == "policy" else ""
+        return teacher_version(self.config.teacher, policy)
+
+    def make_teacher(self, policy_round: int) -> Teacher:
+        """The teacher; a policy teacher is the policy after round `policy_round` (-1: the base model)."""
+        if self.teacher_factory is not None:
+            return self.teacher_factory(self, policy_round)
+        from coevolve.agents.teacher import make_teacher
+
+        return make_teacher(self.config.teacher, lambda: self.use_policy(policy_round),
+                            self.teacher_version(policy_round))
+
+    # -- output ------------------------------------------------------------------------------------
 
     @contextmanager
     def progress(self, description: str, total: int) -> Any:

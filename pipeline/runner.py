@@ -1,8 +1,10 @@
 """The one way a stage runs: cache key -> skip if the manifest matches -> run -> write -> manifest.
 
-A stage is a `StageDef`: a name, a code version (bump it when the stage's output for the same inputs
-changes), the config sections it reads, a function naming its inputs (content hashes of upstream
-manifests, policy versions) and the pure-ish function that computes its artifacts.
+The key is derived from the stage's declaration (`pipeline.stage.StageDef`): its name and code version,
+the values of the config fields it declares, and the content hash of every input it declares (the
+sha256 of upstream artifact files, dataset versions, policy versions, environment task ids). Manifests
+record artifact hashes, so a forced re-run that writes identical rows leaves every downstream key, and so
+every downstream stage, as it was.
 
     record = run_stage(ROLLOUT, ctx, round_=3)        # StageRecord(manifest, cached=True/False)
 """
@@ -11,30 +13,12 @@ from __future__ import annotations
 
 import errno
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-import pyarrow as pa
 from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.stage import Inputs, StageDef
 from coevolve.storage.manifest import Manifest, cache_key
 from coevolve.storage.parquet import ArtifactError, file_sha256
-
-
-@dataclass(frozen=True)
-class StageResult:
-    artifacts: dict[str, list[dict[str, Any]] | pa.Table]
-    outputs: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class StageDef:
-    name: str
-    version: int
-    sections: tuple[str, ...]
-    inputs: Callable[[RunContext, int], dict[str, str]]
-    compute: Callable[[RunContext, int, str], StageResult]
-    """(context, round, cache key) -> artifacts and outputs."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +28,9 @@ class StageRecord:
 
 
 def stage_key(stage: StageDef, ctx: RunContext, round_: int) -> str:
-    return cache_key(stage.name, stage.version, ctx.config.section(*stage.sections), stage.inputs(ctx, round_))
+    """The cache key of `stage` in round `round_`: what it declares it depends on, hashed."""
+    inputs = {name: read.key_part(ctx, round_) for name, read in stage.reads.items()}
+    return cache_key(stage.name, stage.version, ctx.config.select(stage.config), inputs)
 
 
 def is_cached(stage: StageDef, ctx: RunContext, round_: int, key: str) -> Manifest | None:
@@ -68,7 +54,7 @@ def run_stage(stage: StageDef, ctx: RunContext, round_: int, *, force: bool = Fa
     ctx.store.invalidate(round_, stage.name)
     manifest = Manifest(stage.name, ctx.run, round_, key, stage.version, started_at=time.time())
     try:
-        result = stage.compute(ctx, round_, key)
+        result = stage.compute(ctx, round_, Inputs(ctx, round_, stage.reads, key))
         for name, rows in result.artifacts.items():
             manifest.artifacts[name] = ctx.store.write(round_, stage.name, name, rows)
         manifest.outputs = result.outputs

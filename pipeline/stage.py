@@ -20,6 +20,7 @@ Reads:
   loaded into memory (`RunContext.use_policy`).
 - `Teacher()`: the teacher of the round's evolution; keyed by its version (`agents.teacher.teacher_version`).
 - `EnvTasks(splits_field)`: the environment's tasks of the splits a config field names; keyed by their ids.
+- `When(field, read)`: `read` only while a config field is set.
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ class Teacher:
         return ctx.teacher_version(self._policy_round(ctx, round_))
 
     def load(self, ctx: RunContext, round_: int) -> Any:
-        return ctx.make_teacher(round_, self._policy_round(ctx, round_))
+        return ctx.make_teacher(self._policy_round(ctx, round_))
 
 
 @dataclass(frozen=True)
@@ -185,6 +186,21 @@ class EnvTasks:
 
     def load(self, ctx: RunContext, round_: int) -> dict[str, list[Task]]:
         return {split: ctx.env_tasks(split) for split in self.names(ctx)}
+
+
+@dataclass(frozen=True)
+class When:
+    """`read` only while the config field `field` is truthy (e.g. `dataset.bootstrap_tasks`); else the input
+    is None and is not part of the key."""
+
+    field: str
+    read: Read
+
+    def key_part(self, ctx: RunContext, round_: int) -> Any:
+        return self.read.key_part(ctx, round_) if ctx.config.value(self.field) else None
+
+    def load(self, ctx: RunContext, round_: int) -> Any:
+        return self.read.load(ctx, round_) if ctx.config.value(self.field) else None
 
 
 @dataclass(frozen=True)

@@ -96,3 +96,16 @@ def micro_batches(lengths: Sequence[int], rows: Sequence[int], micro_batch_size:
         raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
     ordered = sorted(rows, key=lambda i: -lengths[i])
     return [ordered[s : s + micro_batch_size] for s in range(0, len(ordered), micro_batch_size)]
+
+
+def group_batch(input_ids: list[list[int]], loss_mask: list[list[int]], rewards: list[float],
+                groups: list[str]) -> SampleBatch:
+    """A `SampleBatch` of rows whose groups are named by any hashable key (numbered by first appearance)."""
+    index = {g: i for i, g in enumerate(dict.fromkeys(groups))}
+    return SampleBatch(input_ids=input_ids, loss_mask=loss_mask, rewards=rewards, group_ids=[index[g] for g in groups])
+
+
+def samples_batch(table) -> SampleBatch:
+    """The `samples` artifact of a rollout (a pyarrow table) as a `SampleBatch`, one group per `group_id`."""
+    return group_batch(table.column("input_ids").to_pylist(), table.column("loss_mask").to_pylist(),
+                       table.column("reward").to_pylist(), table.column("group_id").to_pylist())

@@ -26,8 +26,9 @@ import logging
 from collections.abc import Sequence
 
 import torch
-from coevolve.rl.logprobs import scatter_logprobs, scored_targets
 from torch import Tensor, nn
+
+from coevolve.rl.logprobs import scatter_logprobs, scored_targets
 
 log = logging.getLogger(__name__)
 

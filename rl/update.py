@@ -46,13 +46,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
+from torch import Tensor, nn
+
 from coevolve.rl.advantages import group_advantages
 from coevolve.rl.batch import SampleBatch, micro_batches
 from coevolve.rl.logprobs import token_logprobs
 from coevolve.rl.loss import LossMetrics, grpo_loss
 from coevolve.rl.sharding import is_sharded
 from coevolve.rl.shared_prefix import shared_prefix_logprobs, supports_shared_prefix
-from torch import Tensor, nn
 
 Plan = list[list[list[int]]]  # mini-batches -> micro-batches -> row indices
 

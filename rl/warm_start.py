@@ -23,6 +23,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
+
 from coevolve.envs.base import Environment, Task
 from coevolve.envs.replay import final_answer
 from coevolve.llm.chat import ChatFormat

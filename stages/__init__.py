@@ -1,31 +1,38 @@
-"""All stages by name, and which of them a given round runs, in order.
+"""The stages, one module each, and which of them a round runs, in order.
 
-Round r: [bootstrap, baseline in round 0] -> rollout -> [signals -> explore -> triples -> abstract
--> verify -> merge when `evolve.every` > 0 and (r + 1) % every == 0] -> grpo_update -> [evaluate every
-`eval.every` rounds]. With `evolve.verify_after_update` the evolution phases follow grpo_update.
+Round r: [bootstrap-explore -> bootstrap-triples -> bootstrap-abstract -> bootstrap-verify when
+`dataset.bootstrap_tasks` > 0, then bootstrap, then baseline: round 0 only] -> rollout -> [signals ->
+explore -> triples -> abstract -> verify -> merge every `evolve.every` rounds] -> grpo_update ->
+[evaluate every `eval.every` rounds]. With `evolve.verify_after_update` the evolution follows grpo_update.
+
+    from coevolve.stages import STAGES, round_plan
+    [stage.name for stage in round_plan(config, 0)]
 """
 
 from __future__ import annotations
 
-from coevolve.pipeline.runner import StageDef
-from coevolve.stages.abstract import ABSTRACT
+from coevolve.config import CoevolveConfig
+from coevolve.pipeline.stage import StageDef
+from coevolve.stages.abstract import ABSTRACT, BOOTSTRAP_ABSTRACT
+from coevolve.stages.baseline import BASELINE
 from coevolve.stages.bootstrap import BOOTSTRAP
-from coevolve.stages.evaluate import BASELINE, EVALUATE
-from coevolve.stages.explore import EXPLORE
+from coevolve.stages.evaluate import EVALUATE
+from coevolve.stages.explore import BOOTSTRAP_EXPLORE, EXPLORE
 from coevolve.stages.grpo_update import GRPO_UPDATE
 from coevolve.stages.merge import MERGE
 from coevolve.stages.rollout import ROLLOUT
 from coevolve.stages.signals import SIGNALS
-from coevolve.stages.triples import TRIPLES
-from coevolve.stages.verify import VERIFY
-
-from coevolve.config import CoevolveConfig
+from coevolve.stages.triples import BOOTSTRAP_TRIPLES, TRIPLES
+from coevolve.stages.verify import BOOTSTRAP_VERIFY, VERIFY
 
 EVOLUTION: tuple[StageDef, ...] = (SIGNALS, EXPLORE, TRIPLES, ABSTRACT, VERIFY, MERGE)
 """The data-evolution phases, in dependency order."""
 
+BOOTSTRAP_EVOLUTION: tuple[StageDef, ...] = (BOOTSTRAP_EXPLORE, BOOTSTRAP_TRIPLES, BOOTSTRAP_ABSTRACT, BOOTSTRAP_VERIFY)
+"""The same phases, unguided, that synthesize D_0's tasks in round 0 before any rollout."""
+
 STAGES: dict[str, StageDef] = {
-    s.name: s for s in (BOOTSTRAP, BASELINE, ROLLOUT, *EVOLUTION, GRPO_UPDATE, EVALUATE)
+    s.name: s for s in (*BOOTSTRAP_EVOLUTION, BOOTSTRAP, BASELINE, ROLLOUT, *EVOLUTION, GRPO_UPDATE, EVALUATE)
 }
 
 
@@ -43,17 +50,15 @@ def evolves(config: CoevolveConfig, round_: int) -> bool:
 
 def round_plan(config: CoevolveConfig, round_: int) -> list[StageDef]:
     """The stages round `round_` runs, in dependency order."""
-    plan = []
+    plan: list[StageDef] = []
     if round_ == 0:
+        plan += [*BOOTSTRAP_EVOLUTION] if config.dataset.bootstrap_tasks else []
         plan.append(BOOTSTRAP)
         if config.eval.baseline and config.eval.every:
             plan.append(BASELINE)
     plan.append(ROLLOUT)
     evolution = list(EVOLUTION) if evolves(config, round_) else []
-    if config.evolve.verify_after_update:
-        plan += [GRPO_UPDATE, *evolution]
-    else:
-        plan += [*evolution, GRPO_UPDATE]
+    plan += [GRPO_UPDATE, *evolution] if config.evolve.verify_after_update else [*evolution, GRPO_UPDATE]
     if config.eval.every and (round_ + 1) % config.eval.every == 0:
         plan.append(EVALUATE)
     return plan

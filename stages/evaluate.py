@@ -1,71 +1,52 @@
-"""evaluate / baseline: score a policy on held-out splits the dataset never contains.
+"""evaluate: score the policy after round r's update on held-out splits the dataset never contains.
 
-`evaluate` in round r scores the policy after round r's update (every `eval.every` rounds); `baseline`
-in round 0 scores the initial policy, so a run's curve starts at zero-shot. One episode per task, greedy
-by default. Writes `evals` (per task reward and success) plus `trajectories`/`steps` with source `eval`.
+Runs every `eval.every` rounds. One episode per task, greedy by default, on `eval.splits` (at most
+`eval.max_tasks` per split: a fixed seeded sample, the same every round). Writes `evals` (per task reward
+and success) plus `trajectories`/`steps` with source `eval:<split>`.
+
+    coevolve stage evaluate --run demo --round 1
 """
 
 from __future__ import annotations
 
 import random
 
-from coevolve.agents.episodes import EpisodeLimits, run_episodes
-from coevolve.agents.ledger import step_rows, trajectory_rows
+from coevolve.agents.episodes import EpisodeLimits
+from coevolve.agents.evaluation import evaluate_splits
+from coevolve.core import round_seed
+from coevolve.envs.base import Task
 from coevolve.llm.engine import SamplingParams
 from coevolve.pipeline.context import RunContext
-from coevolve.pipeline.runner import StageDef, StageResult
+from coevolve.pipeline.stage import EnvTasks, Inputs, Policy, StageDef, StageResult
 
-from coevolve.core import round_seed
+CONFIG = ("eval", "env", "model", "rollout.temperature", "rollout.max_new_tokens", "rollout.max_replies",
+          "rollout.max_context_tokens", "run.seed")
+"""What an evaluation depends on besides the policy and the tasks (`baseline` declares the same)."""
 
 
-def eval_tasks(ctx: RunContext, split: str):
-    tasks = ctx.env_tasks(split)
-    limit = ctx.config.eval.max_tasks
+def eval_sample(tasks: list[Task], split: str, limit: int | None) -> list[Task]:
+    """At most `limit` tasks of `split`: a sample seeded by the split's name, so the same every round."""
     if limit is not None and limit < len(tasks):
-        tasks = random.Random(f"eval-{split}").sample(tasks, limit)  # the same tasks every round
+        return random.Random(f"eval-{split}").sample(tasks, limit)
     return tasks
 
 
-def evaluate_policy(ctx: RunContext, round_: int, policy_round: int) -> StageResult:
+def evaluate_policy(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
     cfg, rollout = ctx.config.eval, ctx.config.rollout
-    policy = ctx.use_policy(policy_round)
     temperature = 1.0 if cfg.greedy else rollout.temperature
     sampling = SamplingParams(temperature=temperature, max_new_tokens=rollout.max_new_tokens,
                               greedy=cfg.greedy, seed=round_seed(ctx.config.run.seed, round_, "eval"))
     limits = EpisodeLimits(rollout.max_replies, rollout.max_context_tokens)
-    evals, trajectories, steps, outputs = [], [], [], {}
-    tasks = {split: eval_tasks(ctx, split) for split in cfg.splits}
-    jobs = [(task, 0) for split in cfg.splits for task in tasks[split]]  # one batch: the engine fills it better
-    with ctx.progress(f"round {round_} eval {', '.join(cfg.splits)}", len(jobs)) as advance:
-        all_episodes = run_episodes(policy.engine, policy.chat, ctx.make_env, jobs, sampling, limits,
-                                    progress=advance)  # fmt: skip
-    start = 0
-    for split in cfg.splits:
-        episodes, start = all_episodes[start:start + len(tasks[split])], start + len(tasks[split])
-        rows = trajectory_rows(episodes, run=ctx.run, round_=round_, source=f"eval:{split}",
-                               policy=policy.version)
-        trajectories += rows
-        steps += step_rows(episodes, rows)
-        evals += [
-            {"split": split, "task_id": ep.task.id, "family": ep.task.family, "trajectory_id": row["trajectory_id"],
-             "policy_version": policy.version, "greedy": cfg.greedy, "reward": row["reward"],
-             "success": row["success"]}
-            for ep, row in zip(episodes, rows, strict=True)
-        ]
-        outputs[f"{split}_success"] = sum(r["success"] for r in rows) / max(len(rows), 1)
-        outputs[f"{split}_reward"] = sum(r["reward"] for r in rows) / max(len(rows), 1)
-    outputs["policy_version"] = policy.version
-    return StageResult({"evals": evals, "trajectories": trajectories, "steps": steps}, outputs)
+    tasks = {split: eval_sample(split_tasks, split, cfg.max_tasks) for split, split_tasks in inputs["tasks"].items()}
+    with ctx.progress(f"round {round_} eval {', '.join(tasks)}", sum(map(len, tasks.values()))) as advance:
+        artifacts, outputs = evaluate_splits(inputs["policy"], ctx.make_env, tasks, sampling, limits, run=ctx.run,
+                                             round_=round_, progress=advance)
+    return StageResult(artifacts, outputs)
 
 
-def _policy_of_round(ctx: RunContext, round_: int) -> dict[str, str]:
-    return {"policy": ctx.policy_after(round_)[0]}
-
-
-def _base_policy(ctx: RunContext, round_: int) -> dict[str, str]:
-    return {"policy": ctx.policy_after(-1)[0]}
-
-
-_SECTIONS = ("eval", "env", "model", "rollout", "run")
-EVALUATE = StageDef("evaluate", 1, _SECTIONS, _policy_of_round, lambda ctx, r, key: evaluate_policy(ctx, r, r))
-BASELINE = StageDef("baseline", 1, _SECTIONS, _base_policy, lambda ctx, r, key: evaluate_policy(ctx, r, -1))
+EVALUATE = StageDef(
+    "evaluate", 1,
+    config=CONFIG,
+    reads={"tasks": EnvTasks("eval.splits"), "policy": Policy(after_round=0)},
+    compute=evaluate_policy,
+)

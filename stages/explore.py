@@ -1,407 +1,136 @@
-"""explore: signal-guided re-exploration (step 3 of the loop).
+"""explore: signal-guided re-exploration by the teacher (step 3 of the loop).
 
-For each selected signal (at most `evolve.max_explorations`, one per task, kinds in `evolve.kinds`
-order, newest round first) the teacher reads the marked trajectory (task text, actions, observations)
-with the `reflect` prompt and answers with an exploration context, JSON {tools, apps, diagnosis, plan}.
-An unparsable or invalid reply is an `explorations` row with its status and reason and no episodes.
-Then the teacher acts in the environment under each context: `evolve.explore_rounds` independent
-episodes (multi-round) of at most `evolve.explore_steps` replies (multi-step), each from the task's
-initial state, in the ordinary agent loop. The context reaches the teacher as the episode's system
-instructions (`explore` prompt). After the task's own turns come `evolve.explore_follow_ups` user turns
-asking it to explore beyond the request (`explore_follow_up` prompt; `exploration_task`): a small
-teacher otherwise carries the request out and stops, and its calls abstract to the explored task again.
-Episodes are logged as `trajectories`/`steps` with source `explore`.
+For each selected signal (at most `explore.max_explorations`, one per task, kinds in `signals.kinds`
+order, newest round first) the teacher reflects on the marked trajectory and explores the task's world
+under the context it wrote (`evolution.exploration.explore`: R episodes of up to S replies, follow-up
+turns asking it to go beyond the request). Writes `explorations` (reflection, context, status, the
+explored task) and the episodes as `trajectories`/`steps` with source `explore`.
 
-`evolve.guided: false` (the paper's "random exploration" ablation) ignores the signals: as many random
-worlds of the round's dataset are explored under a generic request and a few random tools, as the
-bootstrap of D_0 does.
+`explore.guided: false` (the paper's "random exploration" ablation) ignores the signals: as many random
+worlds of the round's dataset are explored under a generic request and a few random tools.
+
+`bootstrap-explore` is the same stage in round 0 before any rollout: unguided exploration of
+`dataset.bootstrap_worlds` worlds of `dataset.bootstrap_split` by the teacher of the initial policy, the
+first step of D_0's synthesized tasks (`dataset.bootstrap_tasks`).
 
     coevolve stage explore --run demo --round 9
 """
 
 from __future__ import annotations
 
-import json
 import random
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
 
-from coevolve.agents import teacher as teachers
-from coevolve.agents.episodes import Episode, EpisodeLimits, run_episodes
-from coevolve.agents.ledger import step_rows, trajectory_rows
-from coevolve.agents.teacher import JsonReplyError, Teacher, extract_json, render_prompt, short_text
-from coevolve.envs.base import Environment, Observation, Task
-from coevolve.llm.chat import describe_tool
-from coevolve.pipeline.context import RunContext
-from coevolve.pipeline.runner import StageDef, StageResult
-from coevolve.storage.datasets import dataset_manifest, load_dataset, load_tasks
-
+from coevolve.agents.teacher import Teacher as TeacherLLM
 from coevolve.core import content_hash, round_seed
-
-MAX_FIELD_CHARS = 1000
-MAX_TRAJECTORY_LINES = 40
-GENERIC_PLAN = (
-    "Call each of these tools at least once with argument values you can see, observe what "
-    "they return and how they change the state, then combine them."
+from coevolve.envs.base import Task
+from coevolve.evolution.exploration import (
+    Target,
+    exploration_artifacts,
+    exploration_id,
+    explore,
+    select_signals,
+    unguided_target,
+)
+from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.stage import (
+    Artifact,
+    Dataset,
+    EnvTasks,
+    Inputs,
+    StageDef,
+    StageResult,
+    Teacher,
+    rounds_so_far,
 )
 
-
-@dataclass(frozen=True)
-class Target:
-    """One thing to explore: a task's initial state, with the signal that pointed at it (if any)."""
-
-    exploration_id: str
-    task: Task
-    kind: str
-    signal_id: str | None = None
-    trajectory_id: str | None = None
-    steps: list[dict] = field(default_factory=list)
-    """The marked trajectory's steps (for the reflection prompt)."""
-    outcome: str = ""
-    evidence: str = ""
-    context: dict | None = None
-    """A preset context (unguided bootstrap exploration); None = ask the teacher to reflect."""
+OUTCOME_COLUMNS = ["trajectory_id", "sample", "reward", "success"]
 
 
-@dataclass
-class Exploration:
-    target: Target
-    reflection: str | None = None
-    context: dict | None = None
-    status: str = "ok"
-    reason: str | None = None
-    episodes: list[Episode] = field(default_factory=list)
-
-
-# --- choosing what to explore -------------------------------------------------------------------
-
-
-def select_signals(signals: list[dict], kinds: tuple[str, ...], limit: int) -> list[dict]:
-    """At most `limit` signals, one per task: kinds in `kinds` order, then newest round, then task id and
-    the trajectory's sample index (`sample`, when the rows carry it), then id. Ids hash the run's name, so
-    ranking by them alone let runs of one seed (the benchmark's arms) explore different trajectories."""
-    order = {kind: i for i, kind in enumerate(kinds)}
-    ranked = sorted(
-        (s for s in signals if s["kind"] in order),
-        key=lambda s: (order[s["kind"]], -s["trajectory_round"], s["task_id"], s.get("sample", 0), s["signal_id"]),
-    )
-    chosen, tasks = [], set()
-    for signal in ranked:
-        if signal["task_id"] not in tasks and len(chosen) < limit:
-            tasks.add(signal["task_id"])
-            chosen.append(signal)
-    return chosen
-
-
-def exploration_id(run: str, round_: int, key: str) -> str:
-    return content_hash([run, round_, "explore", key])
-
-
-# --- reflection ---------------------------------------------------------------------------------
-
-
-def trajectory_text(steps: list[dict]) -> str:
-    """Numbered actions with the environment's answers, as the reflection prompt shows them."""
-    lines = []
-    for i, step in enumerate(
-        sorted(steps, key=lambda s: (s["step"], s["call_index"]))[:MAX_TRAJECTORY_LINES]
-    ):
-        if step["kind"] == "call":
-            action = f"{step['tool']}({step['arguments']})"
-            lines.append(
-                f"{i + 1}. {action} -> {'' if step['ok'] else 'ERROR '}{short_text(step['observation'], 300)}"
-            )
-        elif step["kind"] == "parse_error":
-            lines.append(f"{i + 1}. malformed tool call -> {short_text(step['observation'], 200)}")
-        else:
-            lines.append(f"{i + 1}. final answer: {short_text(step['reply'], 300)}")
-    return "\n".join(lines) or "(the agent did nothing)"
-
-
-def tools_text(tools: list[dict]) -> str:
-    return "\n".join(describe_tool(tool) for tool in tools) or "(none)"
-
-
-def reflection_messages(target: Target, tools: list[dict]) -> list[dict]:
-    task_text = "\n".join(f"Turn {i + 1}: {turn}" for i, turn in enumerate(target.task.turns))
-    prompt = render_prompt(
-        "reflect",
-        signal=f"{target.kind} {target.evidence}".strip(),
-        task=task_text,
-        tools=tools_text(tools),
-        trajectory=trajectory_text(target.steps),
-        outcome=target.outcome or "unknown",
-    )
-    return [{"role": "user", "content": prompt}]
-
-
-def parse_context(reply: str, tool_names: set[str]) -> tuple[dict | None, str, str | None]:
-    """(context, status, reason) from a reflection reply; status ok | unparsable | invalid."""
-    try:
-        obj = extract_json(reply, dict)
-    except JsonReplyError as exc:
-        return None, "unparsable", str(exc)
-    plan, diagnosis = obj.get("plan"), obj.get("diagnosis", "")
-    if not isinstance(plan, str) or not plan.strip():
-        return None, "invalid", "the context has no 'plan' text"
-    tools = obj.get("tools") if isinstance(obj.get("tools"), list) else []
-    apps = obj.get("apps") if isinstance(obj.get("apps"), list) else []
-    context = {
-        "tools": [t for t in tools if isinstance(t, str) and t in tool_names],
-        "unknown_tools": [short_text(t, 64) for t in tools if not (isinstance(t, str) and t in tool_names)][
-            :10
-        ],
-        "apps": [short_text(a, 64) for a in apps if isinstance(a, str)][:10],
-        "diagnosis": short_text(diagnosis if isinstance(diagnosis, str) else "", MAX_FIELD_CHARS),
-        "plan": short_text(plan, MAX_FIELD_CHARS),
-    }
-    return context, "ok", None
-
-
-def generic_context(tools: list[str]) -> dict:
-    """The context of unguided exploration: some tools and a generic plan."""
-    return {
-        "tools": tools,
-        "unknown_tools": [],
-        "apps": [],
-        "diagnosis": "none (unguided exploration)",
-        "plan": GENERIC_PLAN,
-    }
-
-
-# --- exploration episodes -----------------------------------------------------------------------
-
-
-def exploration_task(task: Task, follow_ups: int) -> Task:
-    """The task an exploration episode runs: `task` (same id, state and checker) with `follow_ups` more user
-    turns, each asking to explore beyond the request. Replays of the episode (`stages.triples`) run it too,
-    so that the environment keeps the episode open for the same turns."""
-    follow_up = render_prompt("explore_follow_up").strip()
-    return task.model_copy(update={"turns": [*task.turns, *[follow_up] * follow_ups]})
-
-
-class ContextEnv:
-    """An environment whose `reset` opens the conversation with per-task system instructions."""
-
-    def __init__(self, inner: Environment, instructions: dict[str, str]) -> None:
-        self.inner, self.instructions = inner, instructions
-
-    def reset(self, task: Task, *, seed: int = 0) -> Observation:
-        obs = self.inner.reset(task, seed=seed)
-        text = self.instructions.get(task.id)
-        messages = [{"role": "system", "content": text}, *obs.messages] if text else obs.messages
-        return Observation(messages=messages, tools=obs.tools)
-
-    def __getattr__(self, name: str) -> Any:  # step, evaluate, close, state_digest, demonstrations, ...
-        return getattr(self.inner, name)
-
-
-def explore_instructions(context: dict) -> str:
-    return render_prompt(
-        "explore",
-        tools=", ".join(context["tools"]) or "any",
-        diagnosis=context["diagnosis"] or "unknown",
-        plan=context["plan"],
-    )
-
-
-def offered_tools(make_env: Callable[[], Environment], task: Task) -> list[dict]:
-    env = make_env()
-    try:
-        return env.reset(task).tools
-    finally:
-        env.close()
-
-
-def explore(
-    teacher: Teacher,
-    make_env: Callable[[], Environment],
-    targets: list[Target],
-    *,
-    rounds: int,
-    steps: int,
-    seed: int,
-    follow_ups: int = 0,
-) -> list[Exploration]:
-    """Reflect on each target (unless its context is preset), then run `rounds` episodes per context, each
-    with `follow_ups` turns after the task's own (`exploration_task`)."""
-    explorations = [Exploration(t, context=t.context) for t in targets]
-    asking, tools = [], {}
-    for x in explorations:
-        if x.context is not None:
-            continue
-        try:
-            tools[x.target.exploration_id] = offered_tools(make_env, x.target.task)
-            asking.append(x)
-        except Exception as exc:  # a task the environment cannot reset is a row, not a crash
-            x.status, x.reason = "error", f"reset failed: {short_text(str(exc), 300)}"
-    conversations = [reflection_messages(x.target, tools[x.target.exploration_id]) for x in asking]
-    sampling = teacher.settings.text_sampling(seed)
-    replies = (
-        teacher.complete(conversations, sampling, reply_prefix=teachers.REFLECT_PREFIX)
-        if conversations
-        else []
-    )
-    for x, reply in zip(asking, replies, strict=True):
-        names = {t["function"]["name"] for t in tools[x.target.exploration_id]}
-        x.reflection = reply
-        x.context, x.status, x.reason = parse_context(reply, names)
-    ready = [x for x in explorations if x.status == "ok"]
-    instructions = {x.target.task.id: explore_instructions(x.context) for x in ready}
-    jobs = [(exploration_task(x.target.task, follow_ups), k) for x in ready for k in range(rounds)]
-    episodes = run_episodes(
-        teacher.engine,
-        teacher.chat,
-        lambda: ContextEnv(make_env(), instructions),
-        jobs,
-        teacher.settings.step_sampling(seed),
-        EpisodeLimits(steps, teacher.settings.max_context_tokens),
-        seed=seed,
-    )
-    for i, x in enumerate(ready):
-        x.episodes = episodes[i * rounds : (i + 1) * rounds]
-    return explorations
-
-
-def exploration_artifacts(explorations: list[Exploration], *, run: str, round_: int, teacher: str) -> dict:
-    """`explorations`, `trajectories` (source explore) and `steps` rows."""
-    rows, trajectories, steps = [], [], []
-    for x in explorations:
-        traj = trajectory_rows(x.episodes, run=run, round_=round_, source="explore", policy=teacher)
-        trajectories += traj
-        steps += step_rows(x.episodes, traj)
-        t = x.target
-        rows.append(
-            {
-                "exploration_id": t.exploration_id,
-                "signal_id": t.signal_id,
-                "kind": t.kind,
-                "task_id": t.task.id,
-                "trajectory_id": t.trajectory_id,
-                "teacher": teacher,
-                "reflection": x.reflection,
-                "context": None if x.context is None else json.dumps(x.context),
-                "status": x.status,
-                "reason": x.reason,
-                "trajectory_ids": json.dumps([r["trajectory_id"] for r in traj]),
-            }
-        )
-    return {"explorations": rows, "trajectories": trajectories, "steps": steps}
-
-
-# --- the stage ----------------------------------------------------------------------------------
-
-
-def _inputs(ctx: RunContext, round_: int) -> dict[str, str]:
-    inputs = {
-        "signals": ctx.store.completed(round_, "signals").content_hash(),
-        "teacher": teachers.teacher_version(ctx, round_),
-    }
-    if not ctx.config.evolve.guided:  # unguided worlds are drawn from the round's dataset
-        inputs["dataset"] = dataset_manifest(ctx, round_).content_hash()
-    return inputs
-
-
-def signal_targets(ctx: RunContext, round_: int) -> list[Target]:
-    cfg = ctx.config.evolve
-    signals = ctx.store.read(round_, "signals", "signals").to_pylist()
-    by_round = {  # the marked trajectories' rounds: outcome and sample index of each trajectory
-        r: {row["trajectory_id"]: row for row in ctx.store.read(r, "rollout", "trajectories")
-            .select(["trajectory_id", "sample", "reward", "success"]).to_pylist()}
-        for r in {s["trajectory_round"] for s in signals}
-    }  # fmt: skip
-    signals = select_signals(
-        [{**s, "sample": by_round[s["trajectory_round"]].get(s["trajectory_id"], {}).get("sample", 0)}
-         for s in signals], cfg.kinds, cfg.max_explorations,
-    )  # fmt: skip
-    tasks = {t.id: t for t in load_tasks(ctx, sorted({s["task_id"] for s in signals}), round_)}
-    steps_by_round: dict[int, list[dict]] = {}
+def signal_targets(ctx: RunContext, round_: int, inputs: Inputs) -> list[Target]:
+    """The signal-marked trajectories to explore, each with its task, steps, outcome and evidence."""
+    signals = inputs["signals"].rows()
+    rounds = sorted({s["trajectory_round"] for s in signals})
+    outcomes = {row["trajectory_id"]: row for row in inputs["trajectories"].rows(OUTCOME_COLUMNS, rounds=rounds)}
+    chosen = select_signals([{**s, "sample": outcomes.get(s["trajectory_id"], {}).get("sample", 0)} for s in signals],
+                            ctx.config.signals.kinds, ctx.config.explore.max_explorations)
+    task_ids = sorted({s["task_id"] for s in chosen})
+    tasks = {t.id: t for t in map(Task.from_row, inputs["dataset"].task_rows(task_ids))}
+    marked = {s["trajectory_id"] for s in chosen}
+    steps: dict[str, list[dict]] = {}
+    for row in inputs["steps"].rows(rounds=sorted({s["trajectory_round"] for s in chosen})):
+        if row["trajectory_id"] in marked:
+            steps.setdefault(row["trajectory_id"], []).append(row)
     targets = []
-    for s in signals:
-        r = s["trajectory_round"]
-        if r not in steps_by_round:
-            steps_by_round[r] = ctx.store.read(r, "rollout", "steps").to_pylist()
-        steps = [row for row in steps_by_round[r] if row["trajectory_id"] == s["trajectory_id"]]
-        traj = by_round[r].get(s["trajectory_id"])
-        outcome = (
-            f"reward {traj['reward']:.2f}, {'success' if traj['success'] else 'failure'}" if traj else ""
-        )
-        targets.append(
-            Target(
-                exploration_id(ctx.run, round_, s["signal_id"]),
-                tasks[s["task_id"]],
-                s["kind"],
-                s["signal_id"],
-                s["trajectory_id"],
-                steps,
-                outcome,
-                s["evidence"],
-            )
-        )
+    for s in chosen:
+        traj = outcomes.get(s["trajectory_id"])
+        outcome = f"reward {traj['reward']:.2f}, {'success' if traj['success'] else 'failure'}" if traj else ""
+        targets.append(Target(exploration_id(ctx.run, round_, s["signal_id"]), tasks[s["task_id"]], s["kind"],
+                              s["signal_id"], s["trajectory_id"], steps.get(s["trajectory_id"], []), outcome,
+                              s["evidence"]))  # fmt: skip
     return targets
 
 
-GENERIC_REQUEST = "Explore the tools you have: find out what they return and what they change."
-TOOLS_PER_CONTEXT = 3
+def unguided_targets(ctx: RunContext, round_: int, worlds: list[Task], n: int, *, kind: str) -> list[Target]:
+    """`n` random worlds (initial states) of `worlds`, explored under a generic request and a few random
+    tools. Within the run's dataset (`kind` unguided) an exploration keeps the world task's id; the bootstrap
+    of D_0 names its own. The teacher never sees the world task's own request or solution."""
+    rng = random.Random(round_seed(ctx.config.run.seed, round_, kind))
+    chosen = rng.sample(worlds, min(n, len(worlds)))
+    return [
+        unguided_target(ctx.make_env, w, rng, exploration_id=exploration_id(ctx.run, round_, f"{kind}:{w.id}"),
+                        kind=kind, task_id=w.id if kind == "unguided" else content_hash([w.id, kind]))
+        for w in chosen
+    ]
 
 
-def unguided_target(
-    ctx: RunContext, world: Task, round_: int, label: str, rng: random.Random, *, kind: str, task_id: str
-) -> Target:
-    """Explore `world`'s initial state under a generic request and a few random tools (no signal); the
-    explored task is `world` with that request, named `task_id`."""
-    task = world.model_copy(
-        update={
-            "id": task_id,
-            "split": "bootstrap",
-            "family": "bootstrap",
-            "turns": [GENERIC_REQUEST],
-            "lineage": {},
-        }
-    )
-    names = [t["function"]["name"] for t in offered_tools(ctx.make_env, task)]
-    tools = rng.sample(names, min(TOOLS_PER_CONTEXT, len(names)))
-    return Target(
-        exploration_id(ctx.run, round_, f"{label}:{world.id}"), task, kind, context=generic_context(tools)
-    )
-
-
-def unguided_targets(ctx: RunContext, round_: int) -> list[Target]:
-    """`evolve.guided: false`: `max_explorations` random worlds (initial states) of the round's dataset.
-
-    The explorations keep the world task's id (later stages look the initial state up by it), but the
-    teacher sees only the generic request, never that task's own request or solution."""
-    rng = random.Random(round_seed(ctx.config.run.seed, round_, "unguided"))
-    worlds = load_tasks(ctx, load_dataset(ctx, round_).column("task_id").to_pylist(), round_)
-    chosen = rng.sample(worlds, min(ctx.config.evolve.max_explorations, len(worlds)))
-    label = f"unguided:{round_}"
-    return [unguided_target(ctx, w, round_, label, rng, kind="unguided", task_id=w.id) for w in chosen]
-
-
-def compute_explore(ctx: RunContext, round_: int, key: str) -> StageResult:
-    cfg = ctx.config.evolve
-    targets = signal_targets(ctx, round_) if cfg.guided else unguided_targets(ctx, round_)
-    teacher = teachers.make_teacher(ctx, round_)
-    explorations = explore(
-        teacher,
-        ctx.make_env,
-        targets,
-        rounds=cfg.explore_rounds,
-        steps=cfg.explore_steps,
-        seed=round_seed(ctx.config.run.seed, round_, "explore"),
-        follow_ups=cfg.explore_follow_ups,
-    )
+def explore_targets(ctx: RunContext, round_: int, teacher: TeacherLLM, targets: list[Target],
+                    purpose: str) -> StageResult:
+    cfg = ctx.config.explore
+    with ctx.progress(f"round {round_} {purpose}", len(targets) * cfg.rounds) as advance:
+        explorations = explore(teacher, ctx.make_env, targets, rounds=cfg.rounds, steps=cfg.steps,
+                               seed=round_seed(ctx.config.run.seed, round_, purpose), follow_ups=cfg.follow_ups,
+                               progress=advance)
     artifacts = exploration_artifacts(explorations, run=ctx.run, round_=round_, teacher=teacher.version)
     statuses = [x.status for x in explorations]
-    return StageResult(
-        artifacts,
-        {
-            "explorations": len(explorations),
-            "contexts": statuses.count("ok"),
-            "episodes": len(artifacts["trajectories"]),
-        },
-    )
+    outputs = {"explorations": len(explorations), "contexts": statuses.count("ok"),
+               "episodes": len(artifacts["trajectories"])}
+    return StageResult(artifacts, outputs)
 
 
-EXPLORE = StageDef("explore", 2, ("evolve", "teacher", "env"), _inputs, compute_explore)
+def compute_explore(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
+    if ctx.config.explore.guided:
+        targets = signal_targets(ctx, round_, inputs)
+    else:
+        dataset = inputs["dataset"]
+        worlds = [Task.from_row(row) for row in dataset.task_rows(dataset.task_ids())]
+        targets = unguided_targets(ctx, round_, worlds, ctx.config.explore.max_explorations, kind="unguided")
+    return explore_targets(ctx, round_, inputs["teacher"], targets, "explore")
+
+
+def compute_bootstrap_explore(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
+    worlds = inputs["worlds"][ctx.config.dataset.bootstrap_split]
+    targets = unguided_targets(ctx, round_, worlds, ctx.config.dataset.bootstrap_worlds, kind="bootstrap")
+    return explore_targets(ctx, round_, inputs["teacher"], targets, "bootstrap-explore")
+
+
+CONFIG = ("explore", "teacher", "env", "run.seed")
+
+EXPLORE = StageDef(
+    "explore", 3,
+    config=(*CONFIG, "signals.kinds"),
+    reads={
+        "signals": Artifact("signals", "signals"),
+        "trajectories": Artifact("rollout", "trajectories", rounds_so_far),
+        "steps": Artifact("rollout", "steps", rounds_so_far),
+        "dataset": Dataset(),
+        "teacher": Teacher(),
+    },
+    compute=compute_explore,
+)
+
+BOOTSTRAP_EXPLORE = StageDef(
+    "bootstrap-explore", 1,
+    config=(*CONFIG, "dataset.bootstrap_split", "dataset.bootstrap_worlds"),
+    reads={"worlds": EnvTasks("dataset.bootstrap_split"), "teacher": Teacher(base=True)},
+    compute=compute_bootstrap_explore,
+)

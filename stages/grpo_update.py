@@ -6,8 +6,10 @@ own model object on CPU), saves a checkpoint in HF layout under `checkpoints/rou
 exactly the checkpoint that belongs to its inputs.
 
 With `train.accelerate_config` the update runs under `accelerate launch` instead
-(`stages.distributed_update`, log in `checkpoints/round=r.launch/`), and the in-memory policy then loads
+(`executors.accelerate_update`, log in `checkpoints/round=r.launch/`), and the in-memory policy then loads
 the checkpoint it wrote.
+
+    coevolve stage grpo_update --run demo --round 1
 """
 
 from __future__ import annotations
@@ -15,59 +17,28 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from coevolve.pipeline.context import RunContext
-from coevolve.pipeline.runner import StageDef, StageResult
-
-from coevolve.config import CoevolveConfig
+from coevolve.pipeline.stage import Artifact, Inputs, Policy, StageDef, StageResult
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-    from coevolve.agents.policy import Policy
+    from coevolve.agents.policy import Policy as PolicyModel
 
 
-def _inputs(ctx: RunContext, round_: int) -> dict[str, str]:
-    samples = ctx.store.completed(round_, "rollout").artifacts["samples"].sha256
-    return {"samples": samples, "policy": ctx.policy_after(round_ - 1)[0]}
+def update_policy(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
+    from coevolve.rl.batch import samples_batch
 
-
-def hyperparams(config: CoevolveConfig):
-    from coevolve.rl.update import UpdateHyperparams
-
-    t = config.train
-    return UpdateHyperparams(
-        lr=t.lr, clip_low=t.clip_low, clip_high=t.clip_high, beta=t.beta, micro_batch_size=t.micro_batch_size,
-        epochs=t.epochs, mini_batches=t.mini_batches, max_grad_norm=t.max_grad_norm,
-        temperature=config.rollout.temperature, weight_decay=t.weight_decay,
-        shared_prefix=t.shared_prefix,
-    )
-
-
-def sample_batch(table: pa.Table):
-    """The `samples` artifact of a rollout as a `SampleBatch` (group ids numbered by first appearance)."""
-    from coevolve.rl.batch import SampleBatch
-
-    groups = {g: i for i, g in enumerate(dict.fromkeys(table.column("group_id").to_pylist()))}
-    return SampleBatch(
-        input_ids=table.column("input_ids").to_pylist(),
-        loss_mask=table.column("loss_mask").to_pylist(),
-        rewards=table.column("reward").to_pylist(),
-        group_ids=[groups[g] for g in table.column("group_id").to_pylist()],
-    )
-
-
-def update_policy(ctx: RunContext, round_: int, key: str) -> StageResult:
-    policy = ctx.use_policy(round_ - 1)
+    policy = inputs["policy"]
     base = policy.version
-    version = f"r{round_}-{key[:12]}"
+    version = f"r{round_}-{inputs.key[:12]}"
     checkpoint = ctx.store.layout.checkpoint_dir(round_)
     started = time.perf_counter()
     if ctx.config.train.accelerate_config:
         metrics = _launched_update(ctx, round_, checkpoint)
         policy.ensure(version, checkpoint)  # the flow's policy (and its servers) now hold the new weights
     else:
-        metrics = _in_process_update(ctx, round_, policy, checkpoint)
+        metrics = _in_process_update(ctx, round_, policy, samples_batch(inputs["samples"].table()), checkpoint)
         policy.publish(version, checkpoint)
     _prune_checkpoints(ctx, round_)
     row = {
@@ -83,11 +54,13 @@ def update_policy(ctx: RunContext, round_: int, key: str) -> StageResult:
     return StageResult({"updates": [row]}, outputs)
 
 
-def _in_process_update(ctx: RunContext, round_: int, policy: Policy, checkpoint: Path) -> dict[str, float]:
+def _in_process_update(ctx: RunContext, round_: int, policy: PolicyModel, batch: Any,
+                       checkpoint: Path) -> dict[str, float]:
+    from coevolve.agents.policy import update_hyperparams
     from coevolve.rl.checkpoint import save_checkpoint
     from coevolve.rl.update import grpo_update, progress_total
 
-    batch, hp = sample_batch(ctx.store.read(round_, "rollout", "samples")), hyperparams(ctx.config)
+    hp = update_hyperparams(ctx.config)
     reference = policy.reference_model() if hp.beta > 0 else None
     with ctx.progress(f"round {round_} update", progress_total(batch, hp)) as advance:
         result = grpo_update(policy.model, reference, policy.make_optimizer(), batch, hp, progress=advance)
@@ -96,7 +69,7 @@ def _in_process_update(ctx: RunContext, round_: int, policy: Policy, checkpoint:
 
 
 def _launched_update(ctx: RunContext, round_: int, checkpoint: Path) -> dict[str, float]:
-    """The update under `accelerate launch` (`stages.distributed_update`), its log under the round's
+    """The update under `accelerate launch` (`executors.accelerate_update`), its log under the round's
     checkpoint folder."""
     from coevolve.executors.accelerate_update import launch_update
 
@@ -115,4 +88,9 @@ def _prune_checkpoints(ctx: RunContext, round_: int) -> None:
             shutil.rmtree(directory, ignore_errors=True)
 
 
-GRPO_UPDATE = StageDef("grpo_update", 1, ("train", "model", "rollout"), _inputs, update_policy)
+GRPO_UPDATE = StageDef(
+    "grpo_update", 1,
+    config=("train", "model", "rollout.temperature"),
+    reads={"samples": Artifact("rollout", "samples"), "policy": Policy(after_round=-1)},
+    compute=update_policy,
+)

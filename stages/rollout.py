@@ -3,6 +3,8 @@
 Reads the dataset version of round r and the policy after round r-1; writes `trajectories` (source
 `rollout`), `steps` and `samples` (exact sampled token ids, loss mask, sampler log-probs, reward) that
 grpo_update trains on.
+
+    coevolve stage rollout --run demo --round 1
 """
 
 from __future__ import annotations
@@ -12,12 +14,12 @@ import time
 
 from coevolve.agents.episodes import Episode, EpisodeLimits, run_episodes
 from coevolve.agents.ledger import sample_rows, step_rows, trajectory_rows
+from coevolve.core import round_seed
+from coevolve.envs.base import Task
 from coevolve.llm.engine import SamplingParams
 from coevolve.pipeline.context import RunContext
-from coevolve.pipeline.runner import StageDef, StageResult
-from coevolve.storage.datasets import dataset_manifest, load_dataset, load_tasks, sample_task_ids
-
-from coevolve.core import round_seed
+from coevolve.pipeline.stage import Dataset, Inputs, Policy, StageDef, StageResult
+from coevolve.storage.datasets import sample_task_ids
 
 
 def check_single_version(episodes: list[Episode], expected: str, round_: int) -> None:
@@ -30,18 +32,13 @@ def check_single_version(episodes: list[Episode], expected: str, round_: int) ->
         )
 
 
-def _inputs(ctx: RunContext, round_: int) -> dict[str, str]:
-    version, _ = ctx.policy_after(round_ - 1)
-    return {"dataset": dataset_manifest(ctx, round_).content_hash(), "policy": version}
-
-
-def roll_out(ctx: RunContext, round_: int, key: str) -> StageResult:
+def roll_out(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
     cfg = ctx.config.rollout
     seed = round_seed(ctx.config.run.seed, round_, "rollout")
-    task_ids = sample_task_ids(load_dataset(ctx, round_), cfg.tasks_per_round, random.Random(seed),
-                               newest_share=cfg.newest_share)
-    tasks = load_tasks(ctx, task_ids, round_)
-    policy = ctx.use_policy(round_ - 1)
+    dataset = inputs["dataset"]
+    task_ids = sample_task_ids(dataset.table, cfg.tasks_per_round, random.Random(seed), newest_share=cfg.newest_share)
+    tasks = [Task.from_row(row) for row in dataset.task_rows(task_ids)]
+    policy = inputs["policy"]
     jobs = [(task, k) for task in tasks for k in range(cfg.k)]
     sampling = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
                               seed=seed)
@@ -68,4 +65,9 @@ def roll_out(ctx: RunContext, round_: int, key: str) -> StageResult:
     )
 
 
-ROLLOUT = StageDef("rollout", 1, ("rollout", "env", "model", "run"), _inputs, roll_out)
+ROLLOUT = StageDef(
+    "rollout", 1,
+    config=("rollout", "env", "model", "run.seed"),
+    reads={"dataset": Dataset(), "policy": Policy(after_round=-1)},
+    compute=roll_out,
+)

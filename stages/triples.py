@@ -1,147 +1,33 @@
-"""triples: the exploration steps as (action, observation, exploration id) triples with state digests.
+"""triples: every explored tool call as an (action, observation, exploration id) triple (step 4 of the loop).
 
-Step 4 of the loop. Every tool call of every exploration episode becomes one row: the call (tool,
-arguments), what the environment answered, whether it ran, and the environment's state digest before
-and after it. The digests come from replaying the episode in a fresh environment from the task's initial
-state, with as many user turns as the episode had (`stages.explore.exploration_task`; environments are
-deterministic): a reply with one call is replayed as the reply text itself, so turn structure and step
-caps match the episode; a reply with several calls is replayed one call per step to get a digest
-between them. If the replay stops executing calls (a step cap hit by that splitting),
-the remaining digests are null. Triples are grouped per exploration context: `group_id`.
+Each call of each exploration episode becomes one row with the environment's state digest before and
+after it, replayed in a fresh environment (`evolution.triples`). Triples are grouped per exploration
+context (`group_id`). `bootstrap-triples` does the same for round 0's `bootstrap-explore`.
 
     coevolve stage triples --run demo --round 9
 """
 
 from __future__ import annotations
 
-import itertools
-import json
-from collections.abc import Callable
-
-from coevolve.envs.base import Environment, Task
+from coevolve.evolution.triples import build_triples
 from coevolve.pipeline.context import RunContext
-from coevolve.pipeline.runner import StageDef, StageResult
-from coevolve.stages.explore import exploration_task
-from coevolve.storage.datasets import load_tasks
-
-from coevolve.core import ToolCall, content_hash
+from coevolve.pipeline.stage import Artifact, Inputs, StageDef, StageResult
 
 
-def group_id(exploration_id: str) -> str:
-    return content_hash([exploration_id, "group"])
+def compute_triples(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
+    rows = build_triples(ctx.make_env, inputs["explorations"].rows(), inputs["steps"].rows())
+    outputs = {"triples": len(rows), "groups": len({r["group_id"] for r in rows}), "ok_calls": sum(r["ok"] for r in rows)}
+    return StageResult({"triples": rows}, outputs)
 
 
-def _digest(env: Environment) -> str | None:
-    digest = getattr(env, "state_digest", None)
-    return digest() if digest is not None else None
-
-
-def _replay_reply(env: Environment, reply: list[dict], live: bool) -> tuple[list[tuple], bool]:
-    """Replay one reply; returns ((before, after) per call) and whether the replay still executes calls."""
-    calls = [s for s in reply if s["kind"] == "call"]
-    if len(calls) <= 1:
-        before = _digest(env) if live else None
-        result = env.step(reply[0]["reply"])
-        executed = len(result.info.get("calls", [])) == len(calls)
-        live = live and executed
-        return ([(before, _digest(env) if live else None)] if calls else []), live
-    digests = []
-    for step in calls:
-        before = _digest(env) if live else None
-        result = env.step([ToolCall(name=step["tool"], arguments=json.loads(step["arguments"] or "{}"))])
-        live = live and len(result.info.get("calls", [])) == 1
-        digests.append((before, _digest(env) if live else None))
-    return digests, live
-
-
-def replay_triples(
-    make_env: Callable[[], Environment],
-    task: Task,
-    steps: list[dict],
-    *,
-    exploration_id: str,
-    trajectory_id: str,
-) -> list[dict]:
-    """Triple rows of one exploration episode (its `steps` rows), with replayed state digests."""
-    ordered = sorted(steps, key=lambda s: (s["step"], s["call_index"]))
-    turns = 1 + max((s["turn"] for s in ordered), default=0)
-    env = make_env()
-    rows, seq = [], 0
-    try:
-        env.reset(exploration_task(task, max(0, turns - len(task.turns))))
-        live = True
-        for _, group in itertools.groupby(ordered, key=lambda s: s["step"]):
-            reply = list(group)
-            digests, live = _replay_reply(env, reply, live)
-            for step, (before, after) in zip([s for s in reply if s["kind"] == "call"], digests, strict=True):
-                rows.append(
-                    {
-                        "triple_id": content_hash([trajectory_id, seq]),
-                        "group_id": group_id(exploration_id),
-                        "exploration_id": exploration_id,
-                        "trajectory_id": trajectory_id,
-                        "task_id": task.id,
-                        "seq": seq,
-                        "step": step["step"],
-                        "call_index": step["call_index"],
-                        "turn": step["turn"],
-                        "tool": step["tool"],
-                        "arguments": step["arguments"] or "{}",
-                        "observation": step["observation"],
-                        "ok": step["ok"],
-                        "state_before": before,
-                        "state_after": after,
-                        "changed": None if before is None or after is None else before != after,
-                    }
-                )
-                seq += 1
-    finally:
-        env.close()
-    return rows
-
-
-def build_triples(
-    make_env: Callable[[], Environment], explorations: list[dict], steps: list[dict], tasks: dict[str, Task]
-) -> list[dict]:
-    """Triples of every exploration episode (explorations rows with their trajectory ids)."""
-    by_trajectory: dict[str, list[dict]] = {}
-    for step in steps:
-        by_trajectory.setdefault(step["trajectory_id"], []).append(step)
-    rows = []
-    for x in explorations:
-        for trajectory_id in json.loads(x["trajectory_ids"]):
-            calls = by_trajectory.get(trajectory_id, [])
-            if any(s["kind"] == "call" for s in calls):
-                rows += replay_triples(
-                    make_env,
-                    tasks[x["task_id"]],
-                    calls,
-                    exploration_id=x["exploration_id"],
-                    trajectory_id=trajectory_id,
-                )
-    return rows
-
-
-# --- the stage ----------------------------------------------------------------------------------
-
-
-def _inputs(ctx: RunContext, round_: int) -> dict[str, str]:
-    return {"explore": ctx.store.completed(round_, "explore").content_hash()}
-
-
-def compute_triples(ctx: RunContext, round_: int, key: str) -> StageResult:
-    explorations = ctx.store.read(round_, "explore", "explorations").to_pylist()
-    steps = ctx.store.read(round_, "explore", "steps").to_pylist()
-    tasks = {t.id: t for t in load_tasks(ctx, sorted({x["task_id"] for x in explorations}), round_)}
-    rows = build_triples(ctx.make_env, explorations, steps, tasks)
-    return StageResult(
-        {"triples": rows},
-        {
-            "triples": len(rows),
-            "groups": len({r["group_id"] for r in rows}),
-            "ok_calls": sum(r["ok"] for r in rows),
-        },
+def _triples(name: str, explore: str) -> StageDef:
+    return StageDef(
+        name, 1,
+        config=("env",),
+        reads={"explorations": Artifact(explore, "explorations"), "steps": Artifact(explore, "steps")},
+        compute=compute_triples,
     )
 
 
-TRIPLES = StageDef("triples", 1, ("env",), _inputs, compute_triples)
+TRIPLES = _triples("triples", "explore")
+BOOTSTRAP_TRIPLES = _triples("bootstrap-triples", "bootstrap-explore")

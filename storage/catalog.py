@@ -22,6 +22,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from coevolve.storage.schemas import ARTIFACTS
 
 CATALOG = "catalog.duckdb"

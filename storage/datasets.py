@@ -1,78 +1,77 @@
 """Dataset versions D_r: manifests of task ids and sampling weights, never copies of task rows.
 
 D_0 is written by `bootstrap` in round 0; `merge` in round r (data evolution) writes D_{r+1}. Round r
-trains on the newest version written by round r or earlier: `bootstrap` of round 0 or `merge` of a round
-< r. Task rows live in the `tasks` artifacts of those same stages.
+trains on the newest version written before it: `merge` of the latest round < r that merged, else
+`bootstrap` of round 0. Task rows live in the `tasks` artifacts of those same stages.
+
+    datasets = Datasets(store)
+    version = datasets.version_of(round_=3)        # DatasetVersion: table, sha256, tasks(ids)
 """
 
 from __future__ import annotations
 
-import json
 import math
 import random
+from dataclasses import dataclass
 
 import pyarrow as pa
-from coevolve.envs.base import Task
-from coevolve.pipeline.context import RunContext
-from coevolve.storage.manifest import Manifest
 
-from coevolve.core import ToolCall
+from coevolve.storage.parquet import ArtifactError
+from coevolve.storage.store import RunStore
 
 DATASET_STAGES = ("merge", "bootstrap")
 
 
-def task_row(task: Task) -> dict:
-    solution = None if task.solution is None else [[c.model_dump() for c in turn] for turn in task.solution]
-    return {
-        "task_id": task.id, "env": task.env, "split": task.split, "family": task.family,
-        "source": task.source, "turns": json.dumps(task.turns), "initial_state": json.dumps(task.initial_state),
-        "solution": None if solution is None else json.dumps(solution),
-        "checker": json.dumps(task.checker), "lineage": json.dumps(task.lineage),
-    }
+@dataclass(frozen=True)
+class DatasetVersion:
+    """The `datasets` rows a round trains on, where they were written, and their task rows on demand."""
+
+    store: RunStore
+    round: int
+    stage: str
+    sha256: str
+
+    @property
+    def table(self) -> pa.Table:
+        return self.store.read(self.round, self.stage, "datasets")
+
+    def task_ids(self) -> list[str]:
+        return self.table.column("task_id").to_pylist()
+
+    def task_rows(self, task_ids: list[str]) -> list[dict]:
+        """The `tasks` rows of `task_ids`, from the dataset stages up to this version, in the given order."""
+        wanted, found = set(task_ids), {}
+        for r in range(self.round, -1, -1):
+            for stage in DATASET_STAGES:
+                if not wanted - found.keys() or self.store.manifest(r, stage) is None:
+                    continue
+                for row in self.store.read(r, stage, "tasks").to_pylist():
+                    if row["task_id"] in wanted:
+                        found.setdefault(row["task_id"], row)
+        missing = wanted - found.keys()
+        if missing:
+            raise ArtifactError(f"dataset version of round {self.round} ({self.stage}) refers to {len(missing)} "
+                                f"unknown task ids, e.g. {sorted(missing)[0]}")
+        return [found[i] for i in task_ids]
 
 
-def task_from_row(row: dict) -> Task:
-    solution = row["solution"]
-    return Task(
-        id=row["task_id"], env=row["env"], split=row["split"], family=row["family"], source=row["source"],
-        turns=json.loads(row["turns"]), initial_state=json.loads(row["initial_state"]),
-        solution=None if solution is None else [[ToolCall(**c) for c in t] for t in json.loads(solution)],
-        checker=json.loads(row["checker"]), lineage=json.loads(row["lineage"]),
-    )
+@dataclass(frozen=True)
+class Datasets:
+    """The dataset versions of one run."""
 
+    store: RunStore
 
-def dataset_source(ctx: RunContext, round_: int) -> tuple[int, str]:
-    """(round, stage) whose `datasets` artifact is the version round `round_` trains on."""
-    for r in range(round_ - 1, -1, -1):
-        if ctx.store.manifest(r, "merge") is not None:
-            return r, "merge"
-    return 0, "bootstrap"
+    def source_of(self, round_: int) -> tuple[int, str]:
+        """(round, stage) whose `datasets` artifact is the version round `round_` trains on."""
+        for r in range(round_ - 1, -1, -1):
+            if self.store.manifest(r, "merge") is not None:
+                return r, "merge"
+        return 0, "bootstrap"
 
-
-def dataset_manifest(ctx: RunContext, round_: int) -> Manifest:
-    r, stage = dataset_source(ctx, round_)
-    return ctx.store.completed(r, stage)
-
-
-def load_dataset(ctx: RunContext, round_: int) -> pa.Table:
-    r, stage = dataset_source(ctx, round_)
-    return ctx.store.read(r, stage, "datasets")
-
-
-def load_tasks(ctx: RunContext, task_ids: list[str], round_: int) -> list[Task]:
-    """The Task objects for `task_ids`, from the `tasks` artifacts written up to `round_`."""
-    wanted, found = set(task_ids), {}
-    for r in range(round_, -1, -1):
-        for stage in DATASET_STAGES:
-            if ctx.store.manifest(r, stage) is None or not wanted - found.keys():
-                continue
-            for row in ctx.store.read(r, stage, "tasks").to_pylist():
-                if row["task_id"] in wanted:
-                    found.setdefault(row["task_id"], task_from_row(row))
-    missing = wanted - found.keys()
-    if missing:
-        raise RuntimeError(f"dataset refers to {len(missing)} unknown task ids, e.g. {sorted(missing)[0]}")
-    return [found[i] for i in task_ids]
+    def version_of(self, round_: int) -> DatasetVersion:
+        r, stage = self.source_of(round_)
+        manifest = self.store.completed(r, stage)
+        return DatasetVersion(self.store, r, stage, manifest.artifact_sha("datasets", stage))
 
 
 def sample_task_ids(dataset: pa.Table, n: int, rng: random.Random, *, newest_share: float = 0.0) -> list[str]:
@@ -92,3 +91,8 @@ def sample_task_ids(dataset: pa.Table, n: int, rng: random.Random, *, newest_sha
     first = [i for _, i, a in keyed if a == newest][:reserved]
     taken = set(first)
     return first + [i for _, i, _ in keyed if i not in taken][: n - len(first)]
+
+
+def seed_sample(tasks: list, limit: int | None, seed: int) -> list:
+    """The seed tasks of D_0: all of `tasks`, or a sample of `limit` of them seeded by the run's seed."""
+    return random.Random(seed).sample(tasks, limit) if limit is not None and limit < len(tasks) else list(tasks)

@@ -1,9 +1,11 @@
 """Stage manifests and cache keys.
 
 A stage run writes its artifacts, then `_manifest.json` last (atomically). The manifest holds the stage's
-cache key: a hash of the stage name, its code version, the config section it reads, the content hashes
-of its inputs and the policy version it generated with. A later run of the same stage with the same key
-is skipped; any change recomputes it, and through the changed hashes of its outputs, its dependents.
+cache key: a hash of the stage name, its code version, the config fields it declares, and the content
+hashes of the inputs it declares (`pipeline.stage`). A later run of the same stage with the same key is
+skipped; any change recomputes it, and through the changed sha256 of its artifact files, its dependents.
+Outputs (metrics, timings) are recorded but never hashed: a re-run that writes the same rows changes no
+downstream key.
 """
 
 from __future__ import annotations
@@ -14,9 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from coevolve.storage.parquet import write_text_atomic
-
 from coevolve.core import content_hash
+from coevolve.storage.parquet import ArtifactError, write_text_atomic
 
 
 def cache_key(stage: str, code_version: int, config: Any, inputs: dict[str, str]) -> str:
@@ -65,11 +66,12 @@ class Manifest:
         except (OSError, ValueError, TypeError):
             return None
 
-    def content_hash(self) -> str:
-        """Hash of everything the stage produced; downstream cache keys use it."""
-        return content_hash(
-            {"artifacts": {k: a.sha256 for k, a in sorted(self.artifacts.items())}, "outputs": self.outputs}
-        )
+    def artifact_sha(self, artifact: str, stage: str) -> str:
+        """The sha256 of one artifact file of this stage run (what a downstream cache key hashes)."""
+        if artifact not in self.artifacts:
+            raise ArtifactError(f"stage '{stage}' of round {self.round} in run '{self.run}' wrote no "
+                                f"'{artifact}' artifact")
+        return self.artifacts[artifact].sha256
 
     def finish(self) -> Manifest:
         self.seconds = round(time.time() - self.started_at, 3)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from coevolve.storage.schemas import schema_version
 
 

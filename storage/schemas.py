@@ -136,7 +136,7 @@ SIGNALS = _schema(
 )
 
 EXPLORATIONS = _schema(
-    1,
+    2,
     pa.field("exploration_id", pa.string(), nullable=False),
     pa.field("signal_id", pa.string()),  # null for bootstrap (unguided) explorations
     pa.field("kind", pa.string(), nullable=False),  # the signal kind, or `bootstrap`
@@ -148,6 +148,7 @@ EXPLORATIONS = _schema(
     pa.field("status", pa.string(), nullable=False),  # ok | unparsable | invalid | error
     pa.field("reason", pa.string()),
     pa.field("trajectory_ids", pa.string(), nullable=False),  # JSON list: its exploration episodes
+    pa.field("task", pa.string(), nullable=False),  # JSON `tasks` row of the explored task, as its episodes ran it
 )
 
 TRIPLES = _schema(

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.manifest import ArtifactRef, Manifest
 from coevolve.storage.parquet import ArtifactError, read_table, to_table, write_table

@@ -30,49 +30,78 @@ def prefect_api():
         yield
 
 
-def use_oracle_engine(mp: pytest.MonkeyPatch) -> None:
-    """Make every policy loaded from now on generate with the named fake `OracleEngine` (solves every
-    other episode of a test-tiny training task; on any other task it calls the tools that need no
-    argument and quotes the last result, which answers the scripted teacher's synthesized tasks:
-    verification admits them); the tiny model is still the one trained."""
-    from coevolve.agents.policy import Policy
-
+def tiny_train_tasks() -> list:
     from coevolve import envs
     from coevolve.config import load_config
+
+    cfg = load_config(CONFIGS / "test-tiny.yaml")
+    return envs.make(cfg.env.name, **cfg.env.options).tasks("train")
+
+
+def oracle_engines():
+    """An engine factory (`RunContext(engine_factory=...)`): every policy generates with the named fake
+    `OracleEngine` (solves every other episode of a test-tiny training task; on any other task it calls the
+    tools that need no argument and quotes the last result, which answers the scripted teacher's synthesized
+    tasks: verification admits them); the tiny model is still the one trained."""
     from tests.fakes.teacher import OracleEngine
 
-    load_base = Policy.load_base
+    train = tiny_train_tasks()
+    return lambda policy: OracleEngine(policy.tokenizer, train, solve="alternate", explore_unknown=True,
+                                       version=policy.version)
 
-    def load_base_with_oracle(self):
-        load_base(self)
-        cfg = load_config(CONFIGS / "test-tiny.yaml")
-        train = envs.make(cfg.env.name, **cfg.env.options).tasks("train")
-        self.engine = OracleEngine(
-            self.tokenizer, train, solve="alternate", explore_unknown=True, version=self.version
-        )
 
-    mp.setattr(Policy, "load_base", load_base_with_oracle)
+def scripted_teachers(ctx, policy_round: int):
+    """A teacher factory (`RunContext(teacher_factory=...)`): the scripted fake teacher."""
+    from tests.fakes.teacher import ScriptedTeacher
+
+    return ScriptedTeacher(ctx.use_policy(policy_round).tokenizer, ctx.env_tasks("train"))
 
 
 def run_evolved(root: Path, run: str = "evo", rounds: int = 2) -> dict:
-    """test-tiny.yaml with `evolve.every=1` through the real flow, with the named fakes that make every
-    evolution phase produce rows: an oracle policy engine that solves every other episode (boundary
-    signals) and the scripted teacher (see tests/integration/test_evolution_tiny.py). Needs a Prefect API."""
-    import coevolve.agents.teacher
-    from coevolve.flows.coevolve import coevolve
+    """test-tiny.yaml with `evolve.every=1` in a Prefect flow through the real round loop
+    (`flows.coevolve.run_context`), with the named fakes that make every evolution phase produce rows: an
+    oracle policy engine that solves every other episode (boundary signals) and the scripted teacher (see
+    tests/integration/test_evolution_tiny.py). Needs a Prefect API."""
+    from prefect import flow
 
-    from coevolve import agents  # noqa: E402
-    from tests.fakes.teacher import ScriptedTeacher
+    from coevolve.config import load_config
+    from coevolve.flows.coevolve import run_context
+    from coevolve.pipeline.context import RunContext
 
-    def scripted(ctx, round_, *, policy_round=None):
-        policy = ctx.use_policy(ctx.evolution_policy_round(round_) if policy_round is None else policy_round)
-        return ScriptedTeacher(policy.tokenizer, ctx.env_tasks("train"))
+    @flow(name="coevolve-with-fakes")
+    def evolve_with_fakes(root: str, run: str, rounds: int) -> dict:
+        cfg = load_config(CONFIGS / "test-tiny.yaml", ["evolve.every=1"])
+        ctx = RunContext.create(cfg, run, Path(root), engine_factory=oracle_engines(),
+                                teacher_factory=scripted_teachers)
+        return run_context(ctx, rounds=rounds)
 
-    with pytest.MonkeyPatch.context() as mp:
-        use_oracle_engine(mp)
-        mp.setattr(agents.teacher, "make_teacher", scripted)
-        mp.setenv("COEVOLVE_HOME", str(root))
-        return coevolve(str(CONFIGS / "test-tiny.yaml"), run=run, rounds=rounds, overrides=["evolve.every=1"])
+    return evolve_with_fakes(str(root), run, rounds)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    from coevolve.llm.models import resolve_model
+
+    return AutoTokenizer.from_pretrained(resolve_model("tiny-random-llama"))
+
+
+def fake_context(cfg, root, tokenizer, *, solve="alternate"):
+    """A RunContext whose policy engine is an oracle and whose teacher is scripted (the tiny model is still
+    the one loaded and trained). On a task it does not know (a synthesized one, at verification) the
+    policy calls the tools that need no argument and quotes the last result, which answers the scripted
+    teacher's tasks: verification admits them."""
+    from coevolve.pipeline.context import RunContext
+    from tests.fakes.teacher import OracleEngine, ScriptedTeacher
+
+    train = RunContext.create(cfg, "evo", root).env_tasks("train")
+    return RunContext.create(
+        cfg, "evo", root, quiet=True,
+        engine_factory=lambda policy: OracleEngine(policy.tokenizer, train, solve=solve, explore_unknown=True,
+                                                   version=policy.version),
+        teacher_factory=lambda ctx, policy_round: ScriptedTeacher(tokenizer, train),
+    )
 
 
 @dataclass(frozen=True)

@@ -8,26 +8,31 @@ with `--set key=value` overrides (`loading`).
 from coevolve.config.loading import ConfigError, apply_override, load_config, parse_config
 from coevolve.config.models import (
     SIGNAL_KINDS,
+    AbstractConfig,
     CoevolveConfig,
     DatasetConfig,
     EnvConfig,
     EvalConfig,
     EvolveConfig,
+    ExploreConfig,
     LocalTeacherConfig,
+    MergeConfig,
     ModelConfig,
     OpenAITeacherConfig,
     PolicyTeacherConfig,
     RolloutConfig,
     RunSection,
     RuntimeSection,
+    SignalsConfig,
     StorageSection,
     TeacherConfig,
     TrainConfig,
+    VerifyConfig,
 )
 
 __all__ = [
-    "SIGNAL_KINDS", "CoevolveConfig", "ConfigError", "DatasetConfig", "EnvConfig", "EvalConfig", "EvolveConfig",
-    "LocalTeacherConfig", "ModelConfig", "OpenAITeacherConfig", "PolicyTeacherConfig", "RolloutConfig",
-    "RunSection", "RuntimeSection", "StorageSection", "TeacherConfig", "TrainConfig", "apply_override",
-    "load_config", "parse_config",
+    "SIGNAL_KINDS", "AbstractConfig", "CoevolveConfig", "ConfigError", "DatasetConfig", "EnvConfig", "EvalConfig",
+    "EvolveConfig", "ExploreConfig", "LocalTeacherConfig", "MergeConfig", "ModelConfig", "OpenAITeacherConfig",
+    "PolicyTeacherConfig", "RolloutConfig", "RunSection", "RuntimeSection", "SignalsConfig", "StorageSection",
+    "TeacherConfig", "TrainConfig", "VerifyConfig", "apply_override", "load_config", "parse_config",
 ]

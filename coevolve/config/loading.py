@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from coevolve.config.models import CoevolveConfig
+from coevolve.config.models import MOVED_FIELDS, CoevolveConfig
 
 
 class ConfigError(ValueError):
@@ -47,6 +47,9 @@ def parse_config(data: Any, *, source: str, overrides: list[str] | tuple[str, ..
         raise ConfigError(f"{source}: expected a mapping of sections at the top level")
     for override in overrides:
         apply_override(data, override)
+    moved = [f"{old} is now {new}" for old, new in MOVED_FIELDS.items() if _has(data, old)]
+    if moved:
+        raise ConfigError(f"{source}: {'; '.join(moved)} (config sections follow the stages that read them)")
     try:
         return CoevolveConfig.model_validate(data)
     except ValidationError as exc:
@@ -63,3 +66,8 @@ def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: invalid YAML ({exc})") from exc
     return parse_config(data, source=str(path), overrides=overrides)
+
+
+def _has(data: dict[str, Any], dotted: str) -> bool:
+    section, _, field = dotted.partition(".")
+    return isinstance(data.get(section), dict) and field in data[section]

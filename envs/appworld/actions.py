@@ -16,9 +16,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from coevolve.llm.toolcalls import MAX_REPLY_CHARS, OPEN, parse_tool_calls
-
 from coevolve.core import ToolCall
+from coevolve.llm.toolcalls import MAX_REPLY_CHARS, OPEN, parse_tool_calls
 
 TOOL_NAME = "execute"
 MAX_CODE_CHARS = MAX_REPLY_CHARS

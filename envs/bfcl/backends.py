@@ -24,9 +24,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from coevolve.envs.bfcl.parsing import value_problem
-
 from coevolve.core import ToolCall
+from coevolve.envs.bfcl.parsing import value_problem
 
 BFCL_CLASSES = (
     "GorillaFileSystem", "MathAPI", "MessageAPI", "TwitterAPI",

@@ -18,9 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from coevolve.envs.bfcl.backends import Backends, Scenario
-
 from coevolve.core import ToolCall
+from coevolve.envs.bfcl.backends import Backends, Scenario
 
 
 @dataclass

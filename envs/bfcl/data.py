@@ -17,10 +17,9 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
+from coevolve.core import ToolCall
 from coevolve.envs.base import Task
 from coevolve.envs.bfcl.parsing import Signatures, parse_call_string
-
-from coevolve.core import ToolCall
 
 DISTRIBUTION = "bfcl-eval"
 CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")

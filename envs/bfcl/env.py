@@ -41,14 +41,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from coevolve.core import ToolCall, content_hash
 from coevolve.envs.base import Action, Evaluation, Observation, StepResult, Task, as_tool_calls
 from coevolve.envs.bfcl import data
 from coevolve.envs.bfcl.backends import Backends, Scenario, backend_class, public_methods
 from coevolve.envs.bfcl.checker import check_turns
 from coevolve.envs.bfcl.parsing import parse_call_string, read_action
 from coevolve.envs.bfcl.state import public_state
-
-from coevolve.core import ToolCall, content_hash
 
 MAX_STEPS_PER_TURN = 20
 PARTIAL_CREDIT_SCALE = 0.4

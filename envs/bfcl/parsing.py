@@ -19,9 +19,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from coevolve.llm.toolcalls import MAX_REPLY_CHARS, OPEN, ParsedReply, parse_call_list, parse_tool_calls
-
 from coevolve.core import ToolCall
+from coevolve.llm.toolcalls import MAX_REPLY_CHARS, OPEN, ParsedReply, parse_call_list, parse_tool_calls
 
 MAX_CALLS = 64
 """Calls per step in the python-list and list forms (a long_context ground-truth turn has 34); Hermes

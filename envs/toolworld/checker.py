@@ -33,11 +33,10 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from coevolve.core import ToolCall
 from coevolve.envs.base import Evaluation
 from coevolve.envs.toolworld.tools import ToolCatalog
 from coevolve.envs.toolworld.world import World
-
-from coevolve.core import ToolCall
 
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 _NUMERIC_ANSWER = re.compile(r"^\d+(?:\.\d+)?$")

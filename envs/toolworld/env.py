@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from coevolve.core import content_hash
 from coevolve.envs.base import Action, Evaluation, Observation, StepResult, Task
 from coevolve.envs.toolworld.checker import ToolUse, build_checker, score
 from coevolve.envs.toolworld.demonstrations import demonstrations
@@ -26,8 +27,6 @@ from coevolve.envs.toolworld.tasks import SPLITS, generate_split, templates_of
 from coevolve.envs.toolworld.tools import ToolCatalog
 from coevolve.envs.toolworld.world import World
 from coevolve.llm.toolcalls import ParsedReply, parse_call_list, parse_tool_calls
-
-from coevolve.core import content_hash
 
 TOOL_MODES = ("involved", "all")
 

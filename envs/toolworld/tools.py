@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from coevolve.core import ToolCall
 from coevolve.envs.toolworld.apps import APP_CLASSES, App, ToolError
 from coevolve.envs.toolworld.apps.base import MAX_TEXT_CHARS, shown
-
-from coevolve.core import ToolCall
 
 JSON_TYPES = MappingProxyType({str: "string", int: "integer", float: "number", bool: "boolean"})
 MAX_INTEGER = 10**9

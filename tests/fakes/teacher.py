@@ -22,12 +22,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from coevolve.agents.teacher import TeacherSettings
+from coevolve.core import ToolCall
 from coevolve.envs.base import Task
 from coevolve.llm.chat import ChatFormat
 from coevolve.llm.engine import Completion, SamplingParams
 from coevolve.llm.toolcalls import render_tool_call
-
-from coevolve.core import ToolCall
 
 GIVE_UP = "I cannot help with that."
 _CALLS = re.compile(r"OBSERVED CALLS \(JSON\):\n(.*)\n")

@@ -14,6 +14,7 @@ import json
 import os
 
 import pytest
+
 from coevolve.envs.appworld import AppWorldEnv
 from coevolve.flows.env_check import check_environment, ready
 

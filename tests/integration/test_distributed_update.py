@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import CONFIGS, use_oracle_engine
+from tests.conftest import CONFIGS, oracle_engines
 
 pytestmark = pytest.mark.slow
 
@@ -37,11 +37,6 @@ def assert_same_update(two: torch.Tensor, one: torch.Tensor, *, lr: float) -> No
 
 
 @pytest.fixture
-def oracle_rollouts(monkeypatch):
-    use_oracle_engine(monkeypatch)
-
-
-@pytest.fixture
 def second_machine(tmp_path):
     """`coevolve update-worker` as machine 1 of run "two" (both machines on this host, over loopback)."""
     worker = subprocess.Popen([str(Path(sys.executable).with_name("coevolve")), "update-worker", "--root",
@@ -53,9 +48,10 @@ def second_machine(tmp_path):
 
 
 @pytest.mark.parametrize("launcher", ["two-processes.yaml", "two-processes-fsdp.yaml", "two-machines.yaml"])
-def test_two_processes_update_like_one(tmp_path, oracle_rollouts, launcher, request):
+def test_two_processes_update_like_one(tmp_path, launcher, request):
     """Data parallel (whole copies), FSDP (sharded weights) or two machines (a worker joining each launch):
     the same update as one process."""
+    from coevolve.config import load_config
     from coevolve.pipeline.context import RunContext
     from coevolve.pipeline.runner import run_stage
     from coevolve.stages.bootstrap import BOOTSTRAP
@@ -63,14 +59,13 @@ def test_two_processes_update_like_one(tmp_path, oracle_rollouts, launcher, requ
     from coevolve.stages.rollout import ROLLOUT
     from coevolve.storage.catalog import query
 
-    from coevolve.config import load_config
-
     worker = request.getfixturevalue("second_machine") if launcher == "two-machines.yaml" else None
     launcher = CONFIGS / "accelerate" / launcher
     contexts = {}
     three = ["rollout.tasks_per_round=3"]  # 3 groups, one micro-batch each: process 1 has one pass fewer
     for run, overrides in [("one", three), ("two", [*three, f"train.accelerate_config={launcher}"])]:
-        ctx = RunContext.create(load_config(CONFIGS / "test-tiny.yaml", overrides), run, tmp_path, quiet=True)
+        ctx = RunContext.create(load_config(CONFIGS / "test-tiny.yaml", overrides), run, tmp_path, quiet=True,
+                                engine_factory=oracle_engines())
         run_stage(BOOTSTRAP, ctx, 0)
         for round_ in (0, 1):
             run_stage(ROLLOUT, ctx, round_)
@@ -111,13 +106,12 @@ def test_two_processes_update_like_one(tmp_path, oracle_rollouts, launcher, requ
 
 
 def test_a_missing_accelerate_config_names_the_field(tmp_path):
+    from coevolve.config import load_config
     from coevolve.pipeline.context import RunContext
     from coevolve.pipeline.runner import run_stage
     from coevolve.stages.bootstrap import BOOTSTRAP
     from coevolve.stages.grpo_update import GRPO_UPDATE
     from coevolve.stages.rollout import ROLLOUT
-
-    from coevolve.config import load_config
 
     config = load_config(CONFIGS / "test-tiny.yaml", ["train.accelerate_config=nowhere/accelerate.yaml"])
     ctx = RunContext.create(config, "broken", tmp_path, quiet=True)

@@ -34,10 +34,9 @@ def grpo_root(tmp_path_factory, prefect_api):
 
 
 def test_fork_copies_round_zero_and_the_run_ends_as_if_computed_alone(grpo_root, monkeypatch):
+    from coevolve.config import load_config
     from coevolve.flows.coevolve import coevolve
     from coevolve.flows.fork import fork_run
-
-    from coevolve.config import load_config
 
     tmp_path = grpo_root
     monkeypatch.setenv("COEVOLVE_HOME", str(tmp_path))
@@ -75,10 +74,9 @@ def test_fork_copies_round_zero_and_the_run_ends_as_if_computed_alone(grpo_root,
 
 
 def test_fork_copies_nothing_a_config_change_touches(grpo_root):
+    from coevolve.config import load_config
     from coevolve.flows.fork import fork_run
     from coevolve.flows.runs import RunError
-
-    from coevolve.config import load_config
 
     tmp_path = grpo_root
     # the learning rate changes the update, hence the evaluation of its policy; the seed dataset, the

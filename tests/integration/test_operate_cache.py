@@ -8,11 +8,11 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from typer.testing import CliRunner
+
 from coevolve.flows.cli import app
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.manifest import Manifest
-from typer.testing import CliRunner
-
 from tests.conftest import CONFIGS
 
 pytestmark = pytest.mark.slow

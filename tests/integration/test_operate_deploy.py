@@ -36,6 +36,7 @@ def deployment_run_states(api_url: str) -> list[str]:
 
 def test_served_deployment_runs_the_next_rounds(tmp_path, prefect_server):
     import httpx
+
     from coevolve.storage.catalog import query
 
     root = tmp_path / "runs"

@@ -9,9 +9,9 @@ import json
 import re
 
 import pytest
-from coevolve.flows.cli import app
 from typer.testing import CliRunner
 
+from coevolve.flows.cli import app
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow

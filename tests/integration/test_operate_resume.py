@@ -12,8 +12,8 @@ import os
 
 import pyarrow as pa
 import pytest
-from coevolve.storage.layout import RunLayout
 
+from coevolve.storage.layout import RunLayout
 from tests.conftest import CONFIGS, Spawned, venv_bin, wait_until
 
 pytestmark = pytest.mark.slow

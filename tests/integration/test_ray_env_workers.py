@@ -56,10 +56,9 @@ def _config(overrides: list[str]):
 
 
 def test_an_episode_in_an_actor_equals_the_episode_in_process(ray_head):
+    from coevolve import envs
     from coevolve.envs.replay import replay_reference
     from coevolve.executors.ray_envs import RayEnvPool
-
-    from coevolve import envs
 
     options = {"seed": 0, "n_train": 6}
     pool = RayEnvPool(ray_head, "toolworld", options)
@@ -91,10 +90,9 @@ def _wait_until_dead(actor, timeout_s: float = 60.0) -> None:
 
 
 def test_a_dead_actor_is_an_episode_error_and_leaves_the_pool(ray_head):
+    from coevolve import envs
     from coevolve.agents.episodes import _step_all
     from coevolve.executors.ray_envs import RayEnvPool
-
-    from coevolve import envs
 
     pool = RayEnvPool(ray_head, "toolworld", {"seed": 0, "n_train": 6})
     task = envs.make("toolworld", seed=0, n_train=6).tasks("train")[0]
@@ -114,8 +112,8 @@ def test_a_dead_actor_is_an_episode_error_and_leaves_the_pool(ray_head):
 def test_stages_run_their_episodes_in_actors_with_the_same_results(ray_head, tmp_path):
     from coevolve.pipeline.context import RunContext
     from coevolve.pipeline.runner import run_stage
+    from coevolve.stages.baseline import BASELINE
     from coevolve.stages.bootstrap import BOOTSTRAP
-    from coevolve.stages.evaluate import BASELINE
     from coevolve.stages.rollout import ROLLOUT
     from coevolve.storage.catalog import query
 

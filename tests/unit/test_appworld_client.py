@@ -7,12 +7,12 @@ import socket
 import time
 
 import pytest
-from coevolve.envs.appworld import AppWorldEnv, AppWorldError, scenario_goal_completion, task_goal_completion
-from coevolve.envs.appworld.actions import read_code
-from coevolve.envs.appworld.env import PARTIAL_CREDIT_SCALE, evaluation_of
 
 from coevolve import envs
 from coevolve.core import ToolCall
+from coevolve.envs.appworld import AppWorldEnv, AppWorldError, scenario_goal_completion, task_goal_completion
+from coevolve.envs.appworld.actions import read_code
+from coevolve.envs.appworld.env import PARTIAL_CREDIT_SCALE, evaluation_of
 from tests.fakes.appworld_server import FAKE_TASKS, SUPERVISOR, FakeAppWorldServer
 
 IDS = list(FAKE_TASKS)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import socket
 
 import pytest
+
 from coevolve.envs.appworld.client import SETUP_COMMAND
 from coevolve.flows.env_check import check_environment, ready
-
 from tests.fakes.appworld_server import FAKE_TASKS, FakeAppWorldServer
 
 

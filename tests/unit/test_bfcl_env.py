@@ -7,6 +7,9 @@ import json
 from collections import Counter
 
 import pytest
+
+from coevolve import envs
+from coevolve.core import ToolCall
 from coevolve.envs.base import Task
 from coevolve.envs.bfcl import data
 from coevolve.envs.bfcl.backends import BFCL_CLASSES, backend_class, public_methods
@@ -14,9 +17,6 @@ from coevolve.envs.bfcl.official import official_check
 from coevolve.envs.bfcl.state import public_state
 from coevolve.envs.replay import replay_reference
 from coevolve.llm.toolcalls import render_tool_call
-
-from coevolve import envs
-from coevolve.core import ToolCall
 
 JSON_TYPES = {"string", "number", "integer", "boolean", "array", "object"}
 

@@ -11,11 +11,11 @@ import subprocess
 import sys
 
 import pytest
-from coevolve.envs.base import Task
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coevolve import envs
+from coevolve.envs.base import Task
 
 
 class Canary:

@@ -12,12 +12,12 @@ from collections import Counter
 from collections.abc import Callable
 
 import pytest
-from coevolve.envs.base import Task
-from coevolve.envs.bfcl import data
-from coevolve.envs.bfcl.official import official_check
 
 from coevolve import envs
 from coevolve.core import ToolCall
+from coevolve.envs.base import Task
+from coevolve.envs.bfcl import data
+from coevolve.envs.bfcl.official import official_check
 
 Steps = list[list[list[ToolCall]]]
 """Decoded steps (lists of calls) per turn."""

@@ -10,6 +10,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import yaml
+from typer.testing import CliRunner
+
+from coevolve.config import load_config
 from coevolve.flows.cli import app
 from coevolve.flows.runs import RunError, completed_rounds, identity_changes, rounds_to_run
 from coevolve.flows.summary import artifact_key, markdown_summary, run_metrics
@@ -17,9 +20,6 @@ from coevolve.storage.layout import RunLayout
 from coevolve.storage.manifest import Manifest
 from coevolve.storage.schemas import ARTIFACTS
 from coevolve.storage.store import RunStore
-from typer.testing import CliRunner
-
-from coevolve.config import load_config
 from tests.conftest import CONFIGS, REPO, free_port
 
 TINY = CONFIGS / "test-tiny.yaml"

@@ -61,7 +61,6 @@ def test_missing_file_is_named(tmp_path):
 
 def test_an_unreachable_ray_address_fails_fast_naming_the_field():
     from coevolve.executors.ray_envs import connect
-
     from tests.conftest import free_port
 
     with pytest.raises(ConnectionError, match=r"runtime.ray_address: nothing answers at '127.0.0.1:\d+'"):

@@ -15,26 +15,27 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from coevolve.agents.teacher import abstract_prefix
-from coevolve.envs.base import Task
-from coevolve.envs.replay import replay_reference
-from coevolve.stages.abstract import (
-    Group,
-    abstract_groups,
-    build_groups,
-    jaccard,
-    repair_answers,
-    single_call_groups,
-    solution_signature,
-)
-from coevolve.stages.explore import Target, exploration_artifacts, explore, select_signals
-from coevolve.stages.merge import admitted_tasks, merge_dataset, solved_shares
-from coevolve.stages.triples import build_triples, group_id
-from coevolve.stages.verify import VerifySettings, candidate_task, query_literals, verify_candidates
-from coevolve.storage.datasets import sample_task_ids
 
 from coevolve import envs
 from coevolve.core import ToolCall
+from coevolve.envs.base import Task
+from coevolve.envs.replay import replay_reference
+from coevolve.evolution.abstraction import (
+    Group,
+    abstract_groups,
+    build_groups,
+    repair_answers,
+    single_call_groups,
+)
+from coevolve.evolution.checks import candidate_task
+from coevolve.evolution.exploration import Target, exploration_artifacts, explore, select_signals
+from coevolve.evolution.merging import admitted_tasks, merge_dataset, solved_shares
+from coevolve.evolution.prompts import abstract_prefix
+from coevolve.evolution.queries import query_literals
+from coevolve.evolution.similarity import jaccard, solution_signature
+from coevolve.evolution.triples import build_triples, group_id
+from coevolve.evolution.verification import VerifySettings, verify_candidates
+from coevolve.storage.datasets import sample_task_ids
 from tests.fakes.teacher import OracleEngine, ScriptedTeacher
 
 ENV_OPTIONS = {"seed": 0, "n_train": 40, "n_test": 8, "n_heldout": 8}
@@ -46,8 +47,9 @@ def make_env():
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from coevolve.llm.models import resolve_model
     from transformers import AutoTokenizer
+
+    from coevolve.llm.models import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model("tiny-random-llama"))
 
@@ -145,8 +147,7 @@ def test_select_signals_breaks_ties_by_task_and_sample_not_by_run_dependent_ids(
 
 
 def test_triples_replay_digests_call_by_call(explored):
-    tasks = {t.task.id: t.task for t in explored.targets}
-    triples = build_triples(make_env, explored.artifacts["explorations"], explored.artifacts["steps"], tasks)
+    triples = build_triples(make_env, explored.artifacts["explorations"], explored.artifacts["steps"])
     by_exploration: dict[str, list[dict]] = {}
     for row in triples:
         by_exploration.setdefault(row["exploration_id"], []).append(row)
@@ -170,7 +171,7 @@ def test_triples_replay_digests_call_by_call(explored):
 
 
 def test_an_exploration_goes_on_past_the_request_and_its_replay_follows_it(tokenizer, world):
-    from coevolve.stages.explore import exploration_task
+    from coevolve.evolution.exploration import exploration_task
 
     task = family(world.train, "bank_balance")
     teacher = ScriptedTeacher(tokenizer, world.train, reflections=[VALID])
@@ -182,7 +183,7 @@ def test_an_exploration_goes_on_past_the_request_and_its_replay_follows_it(token
     calls = [(s["turn"], s["tool"]) for s in episode.steps if s["kind"] == "call"]
     assert calls[0] == (0, "get_balance") and {turn for turn, _ in calls} == {0, 1}  # the request, then beyond
     artifacts = exploration_artifacts([x], run="t", round_=3, teacher=teacher.version)
-    triples = build_triples(make_env, artifacts["explorations"], artifacts["steps"], {task.id: task})
+    triples = build_triples(make_env, artifacts["explorations"], artifacts["steps"])
     assert [(r["turn"], r["tool"]) for r in triples] == calls
     assert all(r["ok"] and r["state_after"] is not None for r in triples)  # the replay ran the follow-up too
 
@@ -218,8 +219,9 @@ def test_triples_split_a_multi_call_reply(world):
             "trajectory_id": "tr",
         },
     ]
-    x = {"exploration_id": "x", "task_id": task.id, "trajectory_ids": json.dumps(["tr"])}
-    rows = build_triples(make_env, [x], steps, {task.id: task})
+    x = {"exploration_id": "x", "task_id": task.id, "trajectory_ids": json.dumps(["tr"]),
+         "task": json.dumps(task.to_row())}
+    rows = build_triples(make_env, [x], steps)
     assert [r["changed"] for r in rows] == [False, True]
     assert rows[0]["state_after"] == rows[1]["state_before"]
 
@@ -325,7 +327,7 @@ def test_several_abstraction_samples_per_group_are_parsed_once_each(tokenizer, w
 
 
 def test_a_one_call_group_gets_its_only_solution_written_for_the_teacher(tokenizer, world):
-    from coevolve.agents.teacher import ABSTRACT_PREFIX
+    from coevolve.evolution.prompts import ABSTRACT_PREFIX
 
     bank = family(world.train, "bank_balance")
     (a, info_a), (b, info_b) = list(bank.initial_state["bank"]["accounts"].items())[:2]
@@ -351,7 +353,7 @@ def test_a_one_call_group_gets_its_only_solution_written_for_the_teacher(tokeniz
 def test_prefill_effect_starts_a_one_call_reply_by_what_the_call_did(tokenizer, world):
     """A read-only call's task must ask for what it read (answers opened), a state change's is an instruction
     (no answers, the query next); groups of several calls and the default are unchanged."""
-    from coevolve.agents.teacher import ABSTRACT_PREFIX
+    from coevolve.evolution.prompts import ABSTRACT_PREFIX
 
     bank = family(world.train, "bank_balance")
     (a, info_a), (b, _) = list(bank.initial_state["bank"]["accounts"].items())[:2]
@@ -564,7 +566,7 @@ def verified(tokenizer, world):
 
 
 def test_an_answer_read_off_another_object_than_the_query_names_is_a_misread(world):
-    from coevolve.stages.verify import Rejected, check_candidate
+    from coevolve.evolution.checks import Rejected, check_candidate
 
     bank = family(world.train, "bank_balance")
     (acc_a, a), (acc_b, b) = list(bank.initial_state["bank"]["accounts"].items())[:2]
@@ -583,7 +585,7 @@ def test_an_answer_read_off_another_object_than_the_query_names_is_a_misread(wor
 
 
 def test_a_text_answer_the_query_states_is_leaked_and_a_number_is_left_alone(world):
-    from coevolve.stages.verify import Rejected, check_candidate
+    from coevolve.evolution.checks import Rejected, check_candidate
 
     lookup = family(world.train, "file_lookup")
     path, text = next(iter(lookup.initial_state["files"]["files"].items()))
@@ -675,7 +677,7 @@ def test_verify_outcomes(verified):
 
 
 def test_an_instruction_is_checked_without_the_answers_nobody_asked_for(world):
-    from coevolve.stages.verify import Rejected, check_candidate
+    from coevolve.evolution.checks import Rejected, check_candidate
 
     bank = family(world.train, "bank_balance")
     a, b = list(bank.initial_state["bank"]["accounts"])[:2]
@@ -725,7 +727,7 @@ def test_a_read_only_candidate_without_answers_asks_for_what_its_solution_reads(
     ],
 )
 def test_a_query_asks_for_information_or_for_an_action(query, asks):
-    from coevolve.stages.verify import asks_for_information
+    from coevolve.evolution.queries import asks_for_information
 
     assert asks_for_information(query) is asks
 
@@ -742,13 +744,14 @@ def test_a_query_asks_for_information_or_for_an_action(query, asks):
     ],
 )
 def test_a_query_may_ask_for_an_action(query, action):
-    from coevolve.stages.verify import requested_action
+    from coevolve.evolution.queries import requested_action
 
     assert requested_action(query) == action
 
 
 def test_tool_world_reference_tasks_ask_for_an_action_exactly_when_their_solution_changes_the_state():
-    from coevolve.stages.verify import asks_for_information, replay_solution, requested_action
+    from coevolve.evolution.checks import replay_solution
+    from coevolve.evolution.queries import asks_for_information, requested_action
 
     tasks = [t for split in ("train", "test", "heldout-templates") for t in make_env().tasks(split)]
     read_only = changing = 0
@@ -794,9 +797,7 @@ def test_verify_admits_a_task_with_checker_lineage_and_attempt_trajectories(veri
         trajectories
     ) == 6 * 2  # 6 attempted, K=2
     # the admitted task is scored by its verifiable checker like any task
-    from coevolve.storage.datasets import task_from_row
-
-    synthesized = task_from_row({**task})
+    synthesized = Task.from_row({**task})
     assert replay_reference(make_env(), synthesized).success
     env = make_env()
     env.reset(synthesized)
@@ -882,8 +883,7 @@ def test_rollout_draws_reserve_a_share_for_the_newest_admitted_tasks():
 
 
 def test_groups_collect_distinct_ok_calls_in_order(explored):
-    tasks = {t.task.id: t.task for t in explored.targets}
-    triples = build_triples(make_env, explored.artifacts["explorations"], explored.artifacts["steps"], tasks)
+    triples = build_triples(make_env, explored.artifacts["explorations"], explored.artifacts["steps"])
     groups = build_groups(triples, {t.exploration_id: t.task for t in explored.targets})
     by_id = {g.exploration_id: g for g in groups}
     assert [c["tool"] for c in by_id["x2"].calls] == ["get_balance", "transfer", "get_balance"]

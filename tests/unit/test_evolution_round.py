@@ -6,23 +6,17 @@ from __future__ import annotations
 
 import json
 import time
-from types import SimpleNamespace
 
-import pytest
-from coevolve.agents.policy import base_version
+from coevolve.config import load_config
+from coevolve.envs.base import Task
 from coevolve.pipeline.runner import run_stage
 from coevolve.stages import EVOLUTION, round_plan
 from coevolve.stages.bootstrap import BOOTSTRAP
 from coevolve.stages.rollout import ROLLOUT
 from coevolve.stages.signals import SIGNALS
 from coevolve.storage.catalog import query
-from coevolve.storage.datasets import dataset_source, load_dataset, load_tasks
 from coevolve.storage.manifest import Manifest
-
-from coevolve import agents  # noqa: E402
-from coevolve.config import load_config
-from tests.conftest import CONFIGS
-from tests.fakes.teacher import OracleEngine, ScriptedTeacher
+from tests.conftest import CONFIGS, fake_context
 
 LINEAGE_SQL = """
 SELECT s.signal_id, s.kind, s.trajectory_id AS signal_trajectory, e.exploration_id, g.group_id,
@@ -39,35 +33,7 @@ WHERE json_extract_string(t.lineage, '$.signal_id') = s.signal_id
 
 
 def config(*overrides: str):
-    return load_config(CONFIGS / "test-tiny.yaml", ["evolve.every=1", "evolve.explore_rounds=1", *overrides])
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    from coevolve.llm.models import resolve_model
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(resolve_model("tiny-random-llama"))
-
-
-def fake_context(cfg, tmp_path, tokenizer, monkeypatch, *, solve="alternate"):
-    """A RunContext whose policy is an oracle engine and whose teacher is scripted. On a task it does not
-    know (a synthesized one, at verification) the policy calls the tools that need no argument and quotes
-    the last result, which answers the scripted teacher's tasks: verification admits them."""
-    from coevolve.llm.chat import ChatFormat
-    from coevolve.pipeline.context import RunContext
-
-    ctx = RunContext.create(cfg, "evo", tmp_path, quiet=True)
-    train = ctx.env_tasks("train")
-    policy = SimpleNamespace(
-        engine=OracleEngine(tokenizer, train, solve=solve, explore_unknown=True),
-        chat=ChatFormat(tokenizer),
-        version=base_version(cfg.model),
-        tokenizer=tokenizer,
-    )
-    ctx.use_policy = lambda round_: policy  # type: ignore[method-assign]
-    monkeypatch.setattr(agents.teacher, "make_teacher", lambda ctx, round_, **_: ScriptedTeacher(tokenizer, train))
-    return ctx
+    return load_config(CONFIGS / "test-tiny.yaml", ["evolve.every=1", "explore.rounds=1", *overrides])
 
 
 # --- signals over a ledger ----------------------------------------------------------------------
@@ -126,7 +92,7 @@ def test_signals_stage_marks_every_round_since_the_last_evolution(tmp_path):
     from coevolve.pipeline.context import RunContext
 
     ctx = RunContext.create(
-        config("evolve.every=2", "evolve.kinds=[forgetting, boundary]"), "led", tmp_path, quiet=True
+        config("evolve.every=2", "signals.kinds=[forgetting, boundary]"), "led", tmp_path, quiet=True
     )
     _write_rollout(ctx, 0, {"a": [1, 1], "b": [0, 0]})
     _write_rollout(ctx, 1, {"a": [0, 0], "c": [1, 0]})  # a forgotten, c on the boundary
@@ -173,32 +139,25 @@ def test_round_plan_runs_evolution_every_f_rounds():
     assert "signals" not in [s.name for s in round_plan(config("evolve.every=0"), 0)]
 
 
-def test_verify_after_update_attempts_candidates_with_the_updated_policy(tmp_path, tokenizer, monkeypatch):
+def test_verify_after_update_attempts_candidates_with_the_updated_policy(tmp_path, tokenizer):
+    from coevolve.stages.grpo_update import GRPO_UPDATE
+
     names = [s.name for s in round_plan(config("evolve.verify_after_update=true"), 0)]
     assert names[names.index("rollout") + 1 :] == ["grpo_update", *(s.name for s in EVOLUTION), "evaluate"]
 
-    for after_update, expected in [(False, "base"), (True, "r0-updated")]:
+    for after_update in (False, True):
         cfg = config(f"evolve.verify_after_update={str(after_update).lower()}")
-        ctx = fake_context(cfg, tmp_path / str(after_update), tokenizer, monkeypatch)
-        base = ctx.use_policy(-1)
-        updated = SimpleNamespace(**{**vars(base), "version": "r0-updated"})
-        ctx.use_policy = lambda round_, base=base, updated=updated: {-1: base, 0: updated}[round_]
-        for stage in (BOOTSTRAP, ROLLOUT):
-            run_stage(stage, ctx, 0)
-        outputs = {"policy_version": "r0-updated", "checkpoint": str(tmp_path)}  # as if grpo_update ran
-        Manifest("grpo_update", ctx.run, 0, "k", 1, outputs=outputs).write(
-            ctx.store.layout.manifest_path(0, "grpo_update")
-        )
-        for stage in EVOLUTION:
+        ctx = fake_context(cfg, tmp_path / str(after_update), tokenizer)
+        for stage in (BOOTSTRAP, ROLLOUT, GRPO_UPDATE, *EVOLUTION):
             run_stage(stage, ctx, 0)
         attempts = ctx.store.read(0, "verify", "trajectories").column("policy_version").to_pylist()
-        expected = base.version if expected == "base" else expected
+        expected = ctx.policy_after(0 if after_update else -1)[0]
         assert attempts and set(attempts) == {expected}
-        assert cfg.teacher.type == "policy" and agents.teacher.teacher_version(ctx, 0) == expected
+        assert cfg.teacher.type == "policy" and ctx.teacher_version(ctx.evolution_policy_round(0)) == expected
 
 
-def test_an_evolving_round_grows_the_dataset_with_lineage(tmp_path, tokenizer, monkeypatch):
-    ctx = fake_context(config(), tmp_path, tokenizer, monkeypatch)
+def test_an_evolving_round_grows_the_dataset_with_lineage(tmp_path, tokenizer):
+    ctx = fake_context(config(), tmp_path, tokenizer)
     for stage in (BOOTSTRAP, ROLLOUT, *EVOLUTION):
         run_stage(stage, ctx, 0)
     outputs = {s.name: ctx.store.manifest(0, s.name).outputs for s in EVOLUTION}
@@ -207,15 +166,15 @@ def test_an_evolving_round_grows_the_dataset_with_lineage(tmp_path, tokenizer, m
     assert outputs["abstract"]["ok"] > 0
     assert outputs["merge"]["added_tasks"] > 0
 
-    before, after = load_dataset(ctx, 0), load_dataset(ctx, 1)
-    assert dataset_source(ctx, 1) == (0, "merge")
+    before, after = ctx.datasets.version_of(0).table, ctx.datasets.version_of(1).table
+    assert ctx.datasets.source_of(1) == (0, "merge")
     assert after.num_rows == before.num_rows + outputs["merge"]["added_tasks"]
     assert set(before.column("task_id").to_pylist()) < set(after.column("task_id").to_pylist())
     assert set(after.column("dataset_version").to_pylist()) == {1}
     new_ids = [
         t for t in after.column("task_id").to_pylist() if t not in set(before.column("task_id").to_pylist())
     ]
-    new = load_tasks(ctx, new_ids, 1)
+    new = [Task.from_row(row) for row in ctx.datasets.version_of(1).task_rows(new_ids)]
     assert {t.source for t in new} == {"synthesized"} and all("final_state" in t.checker for t in new)
     assert all(
         {"signal_id", "exploration_id", "candidate_id", "verification_id"} <= set(t.lineage) for t in new
@@ -229,12 +188,10 @@ def test_an_evolving_round_grows_the_dataset_with_lineage(tmp_path, tokenizer, m
     assert all(run_stage(stage, ctx, 0).cached for stage in (BOOTSTRAP, ROLLOUT, *EVOLUTION))
 
 
-def test_unguided_exploration_ignores_the_signals(tmp_path, tokenizer, monkeypatch):
+def test_unguided_exploration_ignores_the_signals(tmp_path, tokenizer):
     from coevolve.stages.explore import EXPLORE
 
-    ctx = fake_context(
-        config("evolve.guided=false", "evolve.max_explorations=2"), tmp_path, tokenizer, monkeypatch
-    )
+    ctx = fake_context(config("explore.guided=false", "explore.max_explorations=2"), tmp_path, tokenizer)
     for stage in (BOOTSTRAP, ROLLOUT, SIGNALS, EXPLORE):
         run_stage(stage, ctx, 0)
     explorations = ctx.store.read(0, "explore", "explorations").to_pylist()
@@ -246,21 +203,23 @@ def test_unguided_exploration_ignores_the_signals(tmp_path, tokenizer, monkeypat
     assert first[1]["content"].startswith("Explore the tools")
 
 
-def test_bootstrap_explores_to_extend_d0(tmp_path, tokenizer, monkeypatch):
-    cfg = config("dataset.max_tasks=3", "dataset.bootstrap_tasks=2", "evolve.max_explorations=3")
-    ctx = fake_context(cfg, tmp_path, tokenizer, monkeypatch, solve="never")
+def test_bootstrap_explores_to_extend_d0(tmp_path, tokenizer):
+    """Round 0 runs the evolution stages unguided before the first rollout; bootstrap takes up to N tasks."""
+    from coevolve.stages import BOOTSTRAP_EVOLUTION
+
+    cfg = config("dataset.max_tasks=3", "dataset.bootstrap_tasks=2", "dataset.bootstrap_worlds=3")
+    assert [s.name for s in round_plan(cfg, 0)][:5] == [*(s.name for s in BOOTSTRAP_EVOLUTION), "bootstrap"]
+    ctx = fake_context(cfg, tmp_path, tokenizer, solve="never")
+    for stage in BOOTSTRAP_EVOLUTION:
+        run_stage(stage, ctx, 0)
     record = run_stage(BOOTSTRAP, ctx, 0)
     out = record.manifest.outputs
     assert (out["seed_tasks"], out["synthesized_tasks"], out["dataset_size"]) == (3, 2, 5)
-    assert {"explorations", "triples", "candidates", "verifications", "trajectories"} <= set(
-        record.manifest.artifacts
-    )
-    explorations = ctx.store.read(0, "bootstrap", "explorations").to_pylist()
-    assert {x["kind"] for x in explorations} == {"bootstrap"} and all(
-        x["signal_id"] is None for x in explorations
-    )
+    explorations = ctx.store.read(0, "bootstrap-explore", "explorations").to_pylist()
+    assert len(explorations) == 3 and {x["kind"] for x in explorations} == {"bootstrap"}
+    assert all(x["signal_id"] is None for x in explorations)
     rows = [r for r in ctx.store.read(0, "bootstrap", "tasks").to_pylist() if r["source"] == "synthesized"]
     assert len(rows) == 2 and all("signal_id" not in json.loads(r["lineage"]) for r in rows)
     # unguided: the episodes opened with the generic request, not the seed task's own
-    first = json.loads(ctx.store.read(0, "bootstrap", "trajectories").to_pylist()[0]["messages"])
+    first = json.loads(ctx.store.read(0, "bootstrap-explore", "trajectories").to_pylist()[0]["messages"])
     assert first[1]["content"].startswith("Explore the tools")

@@ -5,17 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from coevolve.agents.teacher import (
-    MAX_JSON_DEPTH,
-    MAX_REPLY_CHARS,
-    JsonReplyError,
-    extract_json,
-    prompt_template,
-    render_prompt,
-)
+
+from coevolve.evolution.prompts import prompt_template, render_prompt
 from coevolve.llm.engine import SamplingParams
 from coevolve.llm.openai_engine import OpenAIEngine, OpenAIEngineError
-
+from coevolve.llm.replies import MAX_JSON_DEPTH, MAX_REPLY_CHARS, JsonReplyError, extract_json
 from tests.fakes.openai_server import FakeOpenAIServer
 
 # --- extract_json -------------------------------------------------------------------------------
@@ -185,10 +179,8 @@ def test_client_errors_fail_at_once_and_unknown_shapes_are_errors():
 
 
 def test_make_teacher_openai_uses_the_configured_server(tmp_path):
-    from coevolve.agents.teacher import make_teacher
-    from coevolve.pipeline.context import RunContext
-
     from coevolve.config import parse_config
+    from coevolve.pipeline.context import RunContext
 
     with FakeOpenAIServer(chat_replies=[json.dumps({"plan": "p"})]) as server:
         cfg = parse_config(
@@ -203,7 +195,7 @@ def test_make_teacher_openai_uses_the_configured_server(tmp_path):
             },
             source="test",
         )
-        teacher = make_teacher(RunContext.create(cfg, "t", tmp_path, quiet=True), 0)
+        teacher = RunContext.create(cfg, "t", tmp_path, quiet=True).make_teacher(-1)
         reply = teacher.complete(
             [[{"role": "user", "content": "reflect"}]], teacher.settings.text_sampling(0)
         )
@@ -212,16 +204,15 @@ def test_make_teacher_openai_uses_the_configured_server(tmp_path):
 
 
 def test_make_teacher_local_loads_its_own_model_once(tmp_path):
-    from coevolve.agents.teacher import REFLECT_PREFIX, make_teacher
-    from coevolve.pipeline.context import RunContext
-
     from coevolve.config import parse_config
+    from coevolve.evolution.prompts import REFLECT_PREFIX
+    from coevolve.pipeline.context import RunContext
 
     cfg = parse_config({"model": {"name": "tiny-random-llama"},
                         "teacher": {"type": "local", "model": "tiny-random-llama", "max_new_tokens": 4}},
                        source="test")  # fmt: skip
     ctx = RunContext.create(cfg, "t", tmp_path, quiet=True)
-    teacher, again = make_teacher(ctx, 0), make_teacher(ctx, 3)
+    teacher, again = ctx.make_teacher(-1), ctx.make_teacher(3)
     assert teacher.version == again.version == "local:tiny-random-llama:float32"
     assert again.engine is teacher.engine  # loaded once per process, whatever the round
     assert teacher.engine.model is not ctx.use_policy(-1).engine.model  # not the policy's weights
@@ -233,7 +224,8 @@ def test_make_teacher_local_loads_its_own_model_once(tmp_path):
 
 
 def test_engine_teacher_starts_its_reply_with_the_prefix():
-    from coevolve.agents.teacher import REFLECT_PREFIX, EngineTeacher, TeacherSettings
+    from coevolve.agents.teacher import EngineTeacher, TeacherSettings
+    from coevolve.evolution.prompts import REFLECT_PREFIX
     from coevolve.llm.chat import ChatFormat
     from coevolve.llm.hf_engine import HfEngine
     from coevolve.llm.models import load_model

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from coevolve.llm.engine import SamplingParams
 from coevolve.llm.hf_engine import HfEngine
 from coevolve.llm.models import load_model

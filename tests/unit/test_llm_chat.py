@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from transformers import AutoTokenizer
+
 from coevolve.llm.chat import ChatFormat, describe_tool
 from coevolve.llm.models import resolve_model
-from transformers import AutoTokenizer
 
 TOOLS = [
     {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from coevolve.llm.engine import Completion, Engine, SamplingParams
 from coevolve.llm.hf_engine import HfEngine, sample_next
 from coevolve.llm.models import load_model

@@ -8,9 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
+from safetensors.torch import load_file
+
 from coevolve.llm import models
 from coevolve.llm.models import build_tiny_random, cache_dir, load_model, resolve_model
-from safetensors.torch import load_file
 
 
 def test_cache_dir_follows_env(monkeypatch, tmp_path):

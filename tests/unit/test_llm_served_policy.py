@@ -9,10 +9,10 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+
 from coevolve.llm.engine import SamplingParams
 from coevolve.llm.openai_engine import OpenAIEngine, OpenAIEngineError
 from coevolve.stages.rollout import check_single_version
-
 from tests.fakes.openai_server import FakeOpenAIServer
 
 SAMPLING = SamplingParams(max_new_tokens=8, seed=0)
@@ -117,9 +117,8 @@ def test_servers_need_a_lora_policy():
 
 
 def test_engine_serve_command_follows_the_config():
-    from coevolve.llm.vllm_server import serve_command
-
     from coevolve.config import load_config
+    from coevolve.llm.vllm_server import serve_command
     from tests.conftest import CONFIGS
 
     argv, env = serve_command(load_config(CONFIGS / "bfcl-qwen3-4b.yaml"), vllm="/opt/vllm")
@@ -135,9 +134,9 @@ def test_engine_serve_command_follows_the_config():
 
 
 def test_engine_serve_cli_dry_run_and_missing_vllm(tmp_path):
-    from coevolve.flows.cli import app
     from typer.testing import CliRunner
 
+    from coevolve.flows.cli import app
     from tests.conftest import CONFIGS
 
     runner = CliRunner()

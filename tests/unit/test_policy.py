@@ -2,13 +2,13 @@
 
 import pytest
 import torch
+
 from coevolve.agents.policy import Policy
+from coevolve.config import ModelConfig, TrainConfig
 from coevolve.llm.engine import SamplingParams
 from coevolve.rl.batch import SampleBatch
 from coevolve.rl.checkpoint import save_checkpoint
 from coevolve.rl.update import UpdateHyperparams, grpo_update
-
-from coevolve.config import ModelConfig, TrainConfig
 
 pytest.importorskip("peft")
 

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+
 from coevolve.rl.advantages import group_advantages
 from coevolve.rl.loss import grpo_loss
 

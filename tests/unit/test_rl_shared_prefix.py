@@ -6,11 +6,11 @@ import logging
 import pytest
 import torch
 import transformers
+
 from coevolve.rl.batch import SampleBatch
 from coevolve.rl.logprobs import token_logprobs
 from coevolve.rl.shared_prefix import common_prefix_length, shared_prefix_logprobs, supports_shared_prefix
 from coevolve.rl.update import UpdateHyperparams, grpo_update, plan_update
-
 from tests.unit.test_rl_update import GradRecorder
 
 VOCAB = 128

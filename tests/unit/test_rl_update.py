@@ -5,6 +5,7 @@ import copy
 import pytest
 import torch
 import transformers
+
 from coevolve.rl.batch import SampleBatch, micro_batches
 from coevolve.rl.checkpoint import load_checkpoint, load_optimizer_state, save_checkpoint
 from coevolve.rl.logprobs import token_logprobs

@@ -24,9 +24,8 @@ def test_fsdp_configs_shard_and_data_parallel_ones_do_not(tmp_path):
 
 
 def test_sharded_updates_refuse_lora_before_launching(tmp_path):
-    from coevolve.executors.accelerate_update import launch_update
-
     from coevolve.config import load_config
+    from coevolve.executors.accelerate_update import launch_update
 
     config = load_config(CONFIGS / "test-tiny.yaml", [
         f"train.accelerate_config={CONFIGS / 'accelerate' / 'two-processes-fsdp.yaml'}", "train.lora_rank=4"])  # fmt: skip

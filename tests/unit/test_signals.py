@@ -6,9 +6,9 @@ import json
 
 import polars as pl
 import pytest
-from coevolve.evolution.signals import SIGNALS_SCHEMA, extract_signals
 
 from coevolve.core import content_hash
+from coevolve.evolution.signals import SIGNALS_SCHEMA, extract_signals
 
 STEP_COLUMNS = {"trajectory_id": pl.String, "tool": pl.String, "step": pl.Int32, "call_index": pl.Int32}
 

@@ -6,21 +6,22 @@ from __future__ import annotations
 import errno
 
 import pytest
-from coevolve.pipeline.context import RunContext
-from coevolve.pipeline.runner import DiskFullError, StageDef, StageResult, run_stage
-from coevolve.storage.parquet import ArtifactError
 
 from coevolve.config import load_config
+from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.runner import DiskFullError, run_stage
+from coevolve.pipeline.stage import StageDef, StageResult
+from coevolve.storage.parquet import ArtifactError
 from tests.conftest import CONFIGS
 
 
 def _stage(name: str, failure: Exception | None = None) -> StageDef:
-    def compute(ctx, round_, key):
+    def compute(ctx, round_, inputs):
         if failure is not None:
             raise failure
         return StageResult({}, {"done": True})
 
-    return StageDef(name, 1, ("rollout",), lambda ctx, round_: {}, compute)
+    return StageDef(name, 1, config=("rollout",), reads={}, compute=compute)
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+
 from coevolve.storage.catalog import build_catalog, query
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.manifest import Manifest, cache_key

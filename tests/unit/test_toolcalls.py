@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from coevolve.llm.toolcalls import MAX_CALLS, parse_tool_calls, render_tool_call
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from coevolve.core import ToolCall
+from coevolve.llm.toolcalls import MAX_CALLS, parse_tool_calls, render_tool_call
 
 
 def test_calls_and_content_are_separated():

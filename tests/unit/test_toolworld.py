@@ -9,17 +9,17 @@ import re
 from collections import Counter
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from coevolve import envs
+from coevolve.core import ToolCall
 from coevolve.envs.base import Task
 from coevolve.envs.replay import replay_reference
 from coevolve.envs.toolworld.checker import answer_found, money
 from coevolve.envs.toolworld.tasks import HELDOUT_TEMPLATES, TRAIN_TEMPLATES
 from coevolve.envs.toolworld.tools import ToolCatalog
 from coevolve.llm.toolcalls import parse_tool_calls, render_tool_call
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
-from coevolve import envs
-from coevolve.core import ToolCall
 
 SMALL = {"n_train": 60, "n_test": 30, "n_heldout": 24}
 

@@ -6,15 +6,15 @@ import json
 
 import pytest
 import torch
+
+from coevolve import envs
+from coevolve.config import load_config
 from coevolve.evolution.warm_start import RECORD, warm_start_checkpoint, warm_start_tasks
 from coevolve.llm.chat import ChatFormat
 from coevolve.llm.models import load_model
 from coevolve.llm.toolcalls import render_tool_call
 from coevolve.rl.update import micro_batch_logprobs
 from coevolve.rl.warm_start import WarmStart, reference_sample, reference_samples, warm_start
-
-from coevolve import envs
-from coevolve.config import load_config
 from tests.conftest import CONFIGS
 
 
@@ -127,9 +127,10 @@ def test_warm_start_settings_are_validated():
 
 @pytest.mark.parametrize("distractors", [0, 2, 3])
 def test_abstraction_example_is_a_reply_the_real_parser_accepts(tiny, distractors):
-    from coevolve.agents.teacher import ABSTRACT_PREFIX, extract_json
+    from coevolve.evolution.abstraction import parse_task
+    from coevolve.evolution.prompts import ABSTRACT_PREFIX
     from coevolve.evolution.warm_start import abstraction_sample
-    from coevolve.stages.abstract import parse_task
+    from coevolve.llm.replies import extract_json
 
     _, tokenizer, chat = tiny
     env = envs.make("toolworld", seed=3)
@@ -151,9 +152,9 @@ def test_abstraction_example_is_a_reply_the_real_parser_accepts(tiny, distractor
 
 @pytest.mark.parametrize("calls", [1, 2])
 def test_reflection_example_is_a_reply_the_real_parser_accepts(tiny, calls):
-    from coevolve.agents.teacher import REFLECT_PREFIX
+    from coevolve.evolution.exploration import parse_context
+    from coevolve.evolution.prompts import REFLECT_PREFIX
     from coevolve.evolution.warm_start import reflection_sample
-    from coevolve.stages.explore import parse_context
 
     _, tokenizer, chat = tiny
     env = envs.make("toolworld", seed=3)
@@ -186,8 +187,8 @@ def test_other_values_are_the_listings_alternatives_to_a_value():
 def test_exploration_example_goes_past_the_request_with_a_value_a_listing_showed(tiny):
     import random
 
+    from coevolve.evolution.exploration import exploration_task
     from coevolve.evolution.warm_start import exploration_sample
-    from coevolve.stages.explore import exploration_task
 
     _, tokenizer, chat = tiny
     env = envs.make("toolworld", seed=3)

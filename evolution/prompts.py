@@ -1,0 +1,45 @@
+"""The teacher's prompts (`evolution/prompts/*.md`) and the starts of the replies they ask for.
+
+Reflection and abstraction ask for JSON. An in-process teacher starts its reply with the first characters
+of that JSON (assistant prefill, `EngineTeacher.complete(reply_prefix=...)`), which turns a small model's
+prose into JSON far more often; a served teacher ignores the prefix.
+
+    render_prompt("reflect", signal=..., task=..., tools=..., trajectory=..., outcome=...)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import resources
+from string import Template
+from typing import Any
+
+REFLECT_PREFIX = '{"tools": ["'
+ABSTRACT_PREFIX = '[{"solution": ['
+"""Solution first: a small teacher picks call indices it can see before it writes a query around them."""
+
+
+def abstract_prefix(calls: Sequence[dict], *, by_effect: bool = False) -> str:
+    """The abstraction reply's start for a group of observed `calls`. One call has one valid solution,
+    `[0]`, so it is written for the teacher (a small one wrote `[0, 1, 2]` for most one-call groups);
+    more calls leave the choice to it. `by_effect`: a one-call reply is started by what the call did
+    (its `changed`) too: a read-only call's task asks for what the call read, so its answers are opened
+    (`"answers": ["`); a state change's task is an instruction, so it has none and the query comes next."""
+    if len(calls) != 1:
+        return ABSTRACT_PREFIX
+    changed = calls[0].get("changed") if by_effect else None
+    if changed is False:
+        return ABSTRACT_PREFIX + '0], "answers": ["'
+    if changed is True:
+        return ABSTRACT_PREFIX + '0], "answers": [], "query": "'
+    return ABSTRACT_PREFIX + '0], "answers": ['
+
+
+def prompt_template(name: str) -> Template:
+    """`evolution/prompts/<name>.md` as a `string.Template` ($name placeholders; JSON braces stay literal)."""
+    text = resources.files("coevolve.evolution").joinpath("prompts", f"{name}.md").read_text(encoding="utf-8")
+    return Template(text)
+
+
+def render_prompt(name: str, **values: Any) -> str:
+    return prompt_template(name).substitute({k: str(v) for k, v in values.items()})
