@@ -132,28 +132,15 @@ class Policy:
 
 
 def load_checkpoint_weights(model: Any, checkpoint: Path, version: str, *, lora: bool) -> None:
-    """Load the weights grpo_update saved for `version` in `checkpoint` into `model` (the adapter's only,
-    with LoRA); a clear error if the checkpoint is gone or does not fit the model."""
-    from safetensors.torch import load_file
+    """Load the weights grpo_update saved for `version` in `checkpoint` into `model` (`rl.checkpoint`)."""
+    from coevolve.rl.checkpoint import load_weights
 
-    files = sorted(checkpoint.glob("*.safetensors"))
-    if not files:
+    if not checkpoint.is_dir():
         raise FileNotFoundError(
             f"checkpoint {checkpoint} of policy {version} is missing (pruned or deleted); "
             "re-run the grpo_update stage that wrote it with --force"
         )
-    state: dict[str, Any] = {}
-    for file in files:
-        state.update(load_file(str(file)))
-    if lora:
-        from peft import set_peft_model_state_dict
-
-        unexpected = set_peft_model_state_dict(model, state).unexpected_keys
-        missing = [] if state else ["(no adapter weights)"]
-    else:
-        missing, unexpected = model.load_state_dict(state, strict=False)
-    if unexpected or [m for m in missing if not m.endswith("lm_head.weight")]:
-        raise RuntimeError(f"checkpoint {checkpoint} does not match the model: {missing[:3]} {unexpected[:3]}")
+    load_weights(model, checkpoint, lora=lora)
 
 
 def with_lora_adapter(model: Any, train: TrainConfig) -> Any:

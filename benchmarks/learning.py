@@ -732,14 +732,14 @@ def run_benchmark(plan: Plan, out: Path, *, run: bool = True) -> str:
     """Run every arm of `plan` (`run=False`: only read the stored runs), write the outputs into `out`,
     return the report (markdown)."""
     from coevolve.config import load_config
-    from coevolve.flows.runs import storage_root
+    from coevolve.storage.layout import storage_root
 
     config = load_config(plan.config, list(plan.overrides))
     if config.evolve.every == 0 and set(plan.arms) - {"grpo"}:
         raise ValueError(
             f"{plan.config} sets evolve.every: 0; the evolving arms need F > 0 (--set evolve.every=1)"
         )
-    root = storage_root(config)
+    root = storage_root(configured=config.storage.root)
     from coevolve.evolution.warm_start import (
         teacher_checkpoint,
         teacher_key,

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from coevolve import envs
+from coevolve.agents.reference import reference_sample
 from coevolve.config import CoevolveConfig
 from coevolve.core import ToolCall, content_hash
 from coevolve.envs.base import Environment, Task
@@ -41,7 +42,7 @@ from coevolve.evolution.exploration import (
 )
 from coevolve.evolution.prompts import ABSTRACT_PREFIX, REFLECT_PREFIX
 from coevolve.llm.chat import ChatFormat
-from coevolve.rl.warm_start import WarmStart, as_batch, reference_sample, warm_start
+from coevolve.rl.warm_start import WarmStart, as_batch, warm_start
 
 SEED_OFFSET = 1_000_003
 RECORD = "warm_start.json"
@@ -203,7 +204,7 @@ def exploration_sample(env: Environment, chat: ChatFormat, task: Task, *,
     """The teacher's exploration episode (`stages.explore`) on `task`, under the context its reflection
     example plans (`reference_context`), acted out: the reference solution for the task's own turns, then
     in the follow-up turn a listing and a reference call with another value it shows (`explored_variant`).
-    Ids and loss mask like `rl.warm_start.reference_sample`. A teacher that only learned to solve tasks
+    Ids and loss mask like `agents.reference.reference_sample`. A teacher that only learned to solve tasks
     repeats the task's own calls in the follow-up, or names values nothing showed (benchmarks/RESULTS.md).
     None when the task has no such variant."""
     variant = explored_variant(env, task, rng or random.Random(0))

@@ -46,26 +46,38 @@ def _fail(message: str) -> None:
 
 
 def _root(root: Path | None) -> Path:
-    return root or Path(os.environ.get("COEVOLVE_HOME", "runs"))
+    from coevolve.storage.layout import storage_root
+
+    return storage_root(root)
+
+
+@app.callback()
+def main_options(verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Show library logs (Prefect, transformers) on the terminal too.")] = False) -> None:
+    """Set before any library is imported: Prefect configures its logging when first imported."""
+    console = "INFO" if verbose else "WARNING"
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", console)  # INFO still reaches the API
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "info" if verbose else "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "0" if verbose else "1")
 
 
 def quiet_libraries() -> None:
-    """Keep the terminal for our progress bars and summary lines (Prefect's own logs stay in its API)."""
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    """Keep the terminal for our progress bars and summary lines (library logs stay in the Prefect API)."""
     from transformers.utils import logging as hf_logging
 
-    hf_logging.disable_progress_bar()
+    if os.environ.get("TRANSFORMERS_VERBOSITY") == "error":
+        hf_logging.disable_progress_bar()
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
-    """Exceptions that mean bad input or state (config, run, artifacts), shown as one paragraph."""
+    """Exceptions that mean bad input or state (config, run, artifacts, Prefect API), shown as one paragraph."""
     from coevolve.config import ConfigError
+    from coevolve.flows.prefect_api import PrefectApiError
     from coevolve.flows.runs import RunError
     from coevolve.storage.parquet import ArtifactError
 
-    return ConfigError, RunError, ArtifactError
+    return ConfigError, RunError, ArtifactError, PrefectApiError
 
 
 def _require_prefect_api(command: str) -> None:
@@ -88,29 +100,43 @@ def run(
     overrides: Overrides = None,
     root: RootOption = None,
 ) -> None:
-    """Run or continue a CoEvolve run in-process (the `coevolve` Prefect flow; ephemeral API unless
-    PREFECT_API_URL points to a server)."""
+    """Run or continue a CoEvolve run in-process (the `coevolve` Prefect flow, on PREFECT_API_URL's server
+    or a temporary local one). A run whose every stage is cached prints its rounds without starting Prefect."""
     if root is not None:
         os.environ["COEVOLVE_HOME"] = str(root)
-    from coevolve.flows.runs import resolve_run
+    from coevolve.flows.runs import all_cached, resolve_run, rounds_to_run
+    from coevolve.pipeline.context import RunContext
 
     try:  # check config and run before paying for torch and Prefect
-        cfg, name, _ = resolve_run(config, run_name, overrides or [], force=force)
-    except _user_errors() as exc:
-        _fail(str(exc))
-    _require_prefect_api("run")
-    quiet_libraries()
-    from coevolve.flows.coevolve import coevolve
+        cfg, name, root_dir = resolve_run(config, run_name, overrides or [], force=force)
+        ctx = RunContext.create(cfg, name, root_dir)
+        total = rounds_to_run(ctx, rounds, more)
+        if not force and all_cached(ctx, total):
+            return _print_finished(ctx, total)
+        quiet_libraries()
+        from coevolve.flows.coevolve import coevolve
+        from coevolve.flows.prefect_api import prefect_api
 
-    try:
-        result = coevolve(None if config is None else str(config), run=name, rounds=rounds,
-                          overrides=overrides or [], more=more, force=force)
+        with prefect_api():
+            result = coevolve(None if config is None else str(config), run=name, rounds=total,
+                              overrides=overrides or [], force=force)
     except _user_errors() as exc:
         _fail(str(exc))
-    typer.echo(f"\nrun '{result['run']}' is in {result['root']}/run={result['run']}/")
-    typer.echo(f"catalog: {result['root']}/catalog.duckdb (open it with any DuckDB client), or try:")
-    typer.echo('  coevolve sql "SELECT round, source, count(*) AS episodes, avg(reward) AS reward, '
-               'avg(success::INT) AS success FROM trajectories GROUP BY ALL ORDER BY round, source"')
+    _print_where(result["root"], result["run"])
+
+
+def _print_finished(ctx, rounds: int) -> None:
+    from coevolve.flows.summary import round_line, run_metrics
+
+    for row in run_metrics(ctx.store, rounds):
+        typer.echo(round_line(row, ["all"]).replace("cached: all", "cached"))
+    _print_where(str(ctx.store.layout.root), ctx.run)
+
+
+def _print_where(root: str, run: str) -> None:
+    typer.echo(f"\nrun '{run}' is in {root}/run={run}/; inspect it with SQL (docs/sql.md):")
+    typer.echo('  coevolve sql "SELECT round, source, count(*) AS episodes, avg(success::INT) AS success '
+               'FROM trajectories GROUP BY ALL ORDER BY ALL"')
 
 
 @app.command()
@@ -157,16 +183,32 @@ def stage(
         check_round(layout, round_)
         cfg = _stage_config(layout, overrides or [], force=force)
         quiet_libraries()
-        from coevolve.pipeline.context import RunContext
-        from coevolve.pipeline.runner import run_stage
-
-        record = run_stage(stage_def, RunContext.create(cfg, run_name, layout.root), round_, force=force)
+        record = _rerun_stage(stage_def, cfg, layout, round_, force=force)
     except _user_errors() as exc:
         _fail(str(exc))
     state = "cached" if record.cached else f"computed in {record.manifest.seconds:.1f} s"
     typer.echo(f"{name} round {round_}: {state}; key {record.manifest.key}")
     for ref in record.manifest.artifacts.values():
         typer.echo(f"  {ref.name}: {ref.rows} rows -> {ref.path}")
+
+
+def _rerun_stage(stage_def, cfg, layout, round_: int, *, force: bool):
+    """The stage in this process, as a `coevolve-stage` flow run when a Prefect API is configured."""
+    from coevolve.flows.prefect_api import configured_api_url
+    from coevolve.pipeline.context import RunContext
+    from coevolve.pipeline.runner import run_stage
+
+    if not configured_api_url():
+        return run_stage(stage_def, RunContext.create(cfg, layout.run, layout.root), round_, force=force)
+    from coevolve.flows.coevolve import coevolve_stage
+    from coevolve.flows.prefect_api import prefect_api
+
+    with prefect_api():
+        result = coevolve_stage(stage_def.name, layout.run, round_, str(layout.root), force=force)
+    from coevolve.pipeline.runner import StageRecord
+
+    store = RunContext.create(cfg, layout.run, layout.root).store
+    return StageRecord(store.completed(round_, stage_def.name), cached=result["cached"])
 
 
 @app.command("update-worker")
@@ -273,10 +315,15 @@ def sql(
 
 @app.command()
 def runs(root: RootOption = None) -> None:
-    """List runs with their rounds, dataset size and success rates."""
-    from coevolve.flows.render import print_runs
+    """List runs with their rounds, dataset size and success rates (from their manifests)."""
+    from coevolve.flows.render import print_rows
+    from coevolve.flows.summary import runs_overview
 
-    print_runs(_root(root))
+    rows = runs_overview(_root(root))
+    if not rows:
+        typer.echo(f"no runs under {_root(root)} yet; start one with `coevolve run configs/test-tiny.yaml`")
+        return
+    print_rows(rows)
 
 
 @app.command()

@@ -1,27 +1,29 @@
 """The Prefect flow `coevolve`: loop the stages of each round, resuming from storage.
 
-    coevolve run configs/test-tiny.yaml --rounds 2        # in-process, ephemeral Prefect API
+    coevolve run configs/test-tiny.yaml --rounds 2        # in-process flow (temporary Prefect API)
     coevolve serve                                        # serve it as deployment coevolve/round
     prefect deployment run coevolve/round -p config=configs/test-tiny.yaml -p run=demo -p more=1
 
 `rounds` is the total number of rounds the run should have: re-running the same command recomputes
 nothing (every stage finds its manifest), a larger number continues the run. `more` runs that many
 rounds beyond the ones the run has completed. Without `config`, an existing run continues with its saved
-config. Each stage is a Prefect task through the one stage runner (`stages.runner.run_stage`); tasks
-exchange manifests, not frames. Each round publishes Prefect artifacts (`flows.summary`).
+config. Each stage is a Prefect task named after it (`rollout`, `signals`, ...), tagged with the run and
+the round, running the one stage runner (`pipeline.runner.run_stage`); a stage whose manifest matches
+ends in a `Cached` state. Tasks exchange manifests, not frames. Each round logs its summary line to the
+flow run and publishes Prefect artifacts (`flows.summary`).
 """
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from coevolve.flows.runs import resolve_run, rounds_to_run
-from coevolve.flows.summary import publish_round
+from coevolve.flows.summary import publish_round, round_line, round_metrics
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.runner import StageRecord, run_stage
 from coevolve.pipeline.stage import StageDef
@@ -35,70 +37,70 @@ class RoundReport:
     round: int
     stages: dict[str, StageRecord]
 
-    def line(self) -> str:
-        out = {name: rec.manifest.outputs for name, rec in self.stages.items()}
-        roll, upd, ev = out.get("rollout", {}), out.get("grpo_update", {}), out.get("evaluate", {})
-        parts = [f"round {self.round}"]
-        if roll:
-            parts.append(f"train success {roll['success_rate']:.1%} reward {roll['mean_reward']:.3f} "
-                         f"gen {roll['tokens_per_second']:.0f} tok/s")
-        if "merge" in out:
-            kinds = out.get("signals", {}).get("signals", {})
-            fired = sum(kinds.values()) if isinstance(kinds, dict) else kinds
-            parts.append(f"signals {fired} | +{out['merge'].get('added_tasks', 0)} tasks, "
-                         f"|D| {out['merge'].get('dataset_size', '?')}")
-        if upd:
-            parts.append(f"loss {upd['loss']:+.4f} kl {upd['kl']:.4f}")
-        parts += [f"{k.removesuffix('_success')} {v:.1%}" for k, v in ev.items() if k.endswith("_success")]
-        cached = [n for n, rec in self.stages.items() if rec.cached]
-        if cached:
-            parts.append(f"cached: {', '.join(cached)}")
-        return " | ".join(parts)
+    def cached(self) -> list[str]:
+        return [name for name, rec in self.stages.items() if rec.cached]
 
 
-@task(name="stage", cache_policy=NO_CACHE, persist_result=False)
-def stage_task(stage: StageDef, ctx: RunContext, round_: int, force: bool = False) -> StageRecord:
-    return run_stage(stage, ctx, round_, force=force)
+@task(cache_policy=NO_CACHE, persist_result=False)
+def stage_task(stage: StageDef, ctx: RunContext, round_: int, force: bool = False) -> Any:
+    """One stage run; a cache hit is reported as a `Cached` state holding the record."""
+    from prefect.logging import get_run_logger
+    from prefect.states import Completed
+
+    record = run_stage(stage, ctx, round_, force=force)
+    logger = get_run_logger()
+    if record.cached:
+        logger.info(f"{stage.name} round {round_}: cached (key {record.manifest.key})")
+        return Completed(name="Cached", data=record, message=f"manifest key {record.manifest.key} matches")
+    rows = ", ".join(f"{ref.name} {ref.rows}" for ref in record.manifest.artifacts.values())
+    logger.info(f"{stage.name} round {round_}: computed in {record.manifest.seconds:.1f} s ({rows})")
+    return record
+
+
+def run_stage_in_flow(stage: StageDef, ctx: RunContext, round_: int, *, force: bool = False) -> StageRecord:
+    """`stage` as a Prefect task named after it, tagged with the run and the round."""
+    tagged = stage_task.with_options(name=stage.name, task_run_name=f"{stage.name}[{round_}]",
+                                     tags=[f"run:{ctx.run}", f"round:{round_}", "coevolve"])  # fmt: skip
+    return tagged(stage, ctx, round_, force=force)
 
 
 def save_resolved_config(ctx: RunContext) -> None:
     path = ctx.store.layout.config_path
     text = ctx.config.to_yaml()
     if path.exists() and path.read_text() != text and not ctx.quiet:
-        print(f"note: {path} changes; stages whose config sections changed will recompute")
+        print(f"note: {path} changes; stages whose config fields changed will recompute")
     write_text_atomic(text, path)
 
 
-def _announce(line: str, *, quiet: bool) -> None:
-    """The round's summary line: on stdout for people, in the flow run's log for the Prefect UI."""
-    from prefect.exceptions import MissingContextError
+def announce(line: str, *, quiet: bool) -> None:
+    """A line for people on stdout, and in the flow run's log for the Prefect UI (when in a flow run)."""
+    from prefect.context import FlowRunContext
     from prefect.logging import get_run_logger
 
     if not quiet:
         print(line, flush=True)
-    with contextlib.suppress(MissingContextError):  # called outside a flow run
+    if FlowRunContext.get() is not None:
         get_run_logger().info(line)
 
 
 def run_rounds(ctx: RunContext, rounds: int, *, force: bool = False) -> list[RoundReport]:
     """Run rounds 0..rounds-1 of the run in `ctx` (completed stages are skipped)."""
     save_resolved_config(ctx)
-    reports = []
+    reports, size = [], None
     for round_ in range(rounds):
-        records = {}
-        for stage in round_plan(ctx.config, round_):
-            records[stage.name] = stage_task.with_options(task_run_name=f"{stage.name}[{round_}]")(
-                stage, ctx, round_, force=force
-            )
+        records = {stage.name: run_stage_in_flow(stage, ctx, round_, force=force)
+                   for stage in round_plan(ctx.config, round_)}  # fmt: skip
         reports.append(RoundReport(round_, records))
-        _announce(reports[-1].line(), quiet=ctx.quiet)
-        if not all(rec.cached for rec in records.values()):
-            publish_round(ctx, round_)
-    _refresh_catalog(ctx)
+        metrics = round_metrics(ctx.store, round_, size)
+        size = metrics["dataset_size"]
+        announce(round_line(metrics, reports[-1].cached()), quiet=ctx.quiet)
+        if len(reports[-1].cached()) < len(records):
+            publish_round(ctx.store, round_)
+    refresh_catalog(ctx)
     return reports
 
 
-def _refresh_catalog(ctx: RunContext) -> None:
+def refresh_catalog(ctx: RunContext) -> None:
     """Rewrite the DuckDB catalog; a catalog problem (corrupt file elsewhere) warns, never fails the run."""
     import duckdb
 
@@ -107,7 +109,7 @@ def _refresh_catalog(ctx: RunContext) -> None:
     try:
         build_catalog(ctx.store.layout.root)
     except duckdb.Error as exc:
-        _announce(f"warning: catalog not rebuilt: {explain_query_error(exc, ctx.store.layout.root)}", quiet=False)
+        announce(f"warning: catalog not rebuilt: {explain_query_error(exc, ctx.store.layout.root)}", quiet=False)
 
 
 @flow(name="coevolve")
@@ -143,3 +145,16 @@ def run_context(ctx: RunContext, *, rounds: int | None = None, more: int | None 
         "rounds": [{name: ("cached" if rec.cached else "computed") for name, rec in rep.stages.items()}
                    for rep in reports],
     }
+
+
+@flow(name="coevolve-stage")
+def coevolve_stage(stage: str, run: str, round: int, root: str, force: bool = False) -> dict[str, Any]:
+    """Re-run one stage of a run from its cached inputs (`coevolve stage`, when a Prefect API is configured)."""
+    from coevolve.config import load_config
+    from coevolve.stages import get_stage
+    from coevolve.storage.layout import RunLayout
+
+    layout = RunLayout(Path(root), run)
+    ctx = RunContext.create(load_config(layout.config_path), run, layout.root)
+    record = run_stage_in_flow(get_stage(stage), ctx, round, force=force)
+    return {"cached": record.cached, "key": record.manifest.key}

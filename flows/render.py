@@ -41,46 +41,9 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def runs_sql(views: set[str]) -> str:
-    """Runs overview: rounds with rollouts, newest dataset size, newest train and held-out success.
-
-    Parts whose views do not exist yet (no evaluation, no dataset) come out as NULL columns."""
-    sizes = ("SELECT run, arg_max(n, dataset_version) AS dataset_size, max(dataset_version) AS dataset_version "
-             "FROM (SELECT run, dataset_version, count(*) AS n FROM datasets GROUP BY ALL) GROUP BY run"
-             if "datasets" in views else
-             "SELECT NULL::VARCHAR AS run, NULL::BIGINT AS dataset_size, NULL::INT AS dataset_version")
-    evals = ("SELECT run, arg_max(success, round) AS eval_success, max(round) AS eval_round FROM "
-             "(SELECT run, round, avg(success::INT) AS success FROM evals WHERE stage = 'evaluate' GROUP BY ALL) "
-             "GROUP BY run" if "evals" in views else
-             "SELECT NULL::VARCHAR AS run, NULL::DOUBLE AS eval_success, NULL::INT AS eval_round")
-    return f"""
-WITH per_round AS (
-    SELECT run, round, avg(success::INT) AS success FROM trajectories WHERE source = 'rollout' GROUP BY ALL
-), rolls AS (
-    SELECT run, count(*) AS rounds, max(round) AS last_round, arg_max(success, round) AS train_success
-    FROM per_round GROUP BY run
-), sizes AS ({sizes}), evals_last AS ({evals})
-SELECT rolls.run, rounds, last_round, dataset_size, train_success, eval_success, eval_round
-FROM rolls LEFT JOIN sizes USING (run) LEFT JOIN evals_last USING (run) ORDER BY rolls.run
-"""
-
-
-def runs_table(root: Path) -> pa.Table | None:
-    """One row per run with rollouts under `root`, or None when there is none."""
-    from coevolve.storage.catalog import present_artifacts, query
-
-    views = set(present_artifacts(root))
-    if "trajectories" not in views:
-        return None
-    return query(root, runs_sql(views))
-
-
-def print_runs(root: Path) -> None:
-    table = runs_table(root)
-    if table is None or table.num_rows == 0:
-        print(f"no runs under {root} yet; start one with `coevolve run configs/test-tiny.yaml`")
-        return
-    print_table(table)
+def print_rows(rows: list[dict]) -> None:
+    """Rows of plain values (e.g. `summary.runs_overview`) as a table."""
+    print_table(pa.Table.from_pylist(rows))
 
 
 _ARTIFACT_PATH = re.compile(r"run=([^/'\"]+)/round=(\d+)/stage=(\w+)/(\w+)\.parquet")

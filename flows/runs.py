@@ -12,7 +12,6 @@ config sections changed recompute, the rest stay cached.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ import yaml
 from coevolve.config import CoevolveConfig, load_config
 from coevolve.pipeline.context import RunContext
 from coevolve.stages import round_plan
-from coevolve.storage.layout import RunLayout
+from coevolve.storage.layout import RunLayout, storage_root
 
 IDENTITY_FIELDS = ("model.name", "env.name")
 """Config fields that define a run: changing one mid-run needs a new run name or `--force`."""
@@ -29,11 +28,6 @@ IDENTITY_FIELDS = ("model.name", "env.name")
 
 class RunError(ValueError):
     """A run that cannot be opened or continued as asked; the message says which command fixes it."""
-
-
-def storage_root(config: CoevolveConfig | None = None) -> Path:
-    """$COEVOLVE_HOME, else the config's `storage.root`, else `runs`."""
-    return Path(os.environ.get("COEVOLVE_HOME") or (config.storage.root if config else "runs"))
 
 
 def _field(data: dict[str, Any], dotted: str) -> Any:
@@ -84,7 +78,7 @@ def resolve_run(
         return cfg, run, layout.root
     cfg = load_config(config, overrides)
     name = run or cfg.run.name
-    layout = RunLayout(storage_root(cfg), name)
+    layout = RunLayout(storage_root(configured=cfg.storage.root), name)
     if not force:
         check_compatible(layout, cfg, config_source=str(config))
     return cfg, name, layout.root
@@ -131,3 +125,16 @@ def persist_overrides(layout: RunLayout, overrides: list[str]) -> CoevolveConfig
     write_text_atomic(cfg.to_yaml(), layout.config_path)
     return cfg
 
+
+
+def all_cached(ctx: RunContext, rounds: int) -> bool:
+    """Whether every stage of rounds 0..rounds-1 is complete with its current cache key (nothing to compute):
+    keys come from manifests, ids and versions, so no model is loaded and no Prefect API is needed."""
+    from coevolve.pipeline.runner import is_cached, stage_key
+    from coevolve.storage.parquet import ArtifactError
+
+    try:
+        return all(is_cached(stage, ctx, r, stage_key(stage, ctx, r)) is not None
+                   for r in range(rounds) for stage in round_plan(ctx.config, r))  # fmt: skip
+    except ArtifactError:  # an input of a later stage is not there yet
+        return False

@@ -12,19 +12,9 @@ deployment for work pools.
 
 from __future__ import annotations
 
-import os
+from coevolve.flows.prefect_api import SERVER_COMMAND, configured_api_url, healthy
 
-SERVER_COMMAND = "PREFECT_SERVER_ANALYTICS_ENABLED=false prefect server start --host 127.0.0.1 --port 4200"
 API_URL_EXAMPLE = "http://127.0.0.1:4200/api"
-
-
-def configured_api_url() -> str | None:
-    """PREFECT_API_URL from the environment, else from the active Prefect profile."""
-    if os.environ.get("PREFECT_API_URL"):
-        return os.environ["PREFECT_API_URL"]
-    from prefect.settings import get_current_settings
-
-    return get_current_settings().api.url
 
 
 def api_problem(*, required: bool, timeout: float = 3.0) -> str | None:
@@ -37,18 +27,11 @@ def api_problem(*, required: bool, timeout: float = 3.0) -> str | None:
         return (f"`coevolve serve` needs a Prefect server, and PREFECT_API_URL is not set. Start a server in "
                 f"another terminal with `{SERVER_COMMAND}`, then run "
                 f"`PREFECT_API_URL={API_URL_EXAMPLE} coevolve serve`.")
-    import httpx
-
-    try:
-        response = httpx.get(url.rstrip("/") + "/health", timeout=timeout)
-        response.raise_for_status()
+    if healthy(url, timeout):
         return None
-    except httpx.HTTPError as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        fallback = "" if required else " or unset PREFECT_API_URL to run on a temporary in-process API,"
-        return (f"no Prefect server answers at PREFECT_API_URL={url} ({reason}). Start one in another "
-                f"terminal with `{SERVER_COMMAND}` (and PREFECT_API_URL={API_URL_EXAMPLE}),{fallback} "
-                f"then try again.")
+    fallback = "" if required else " or unset PREFECT_API_URL to run on a temporary local server,"
+    return (f"no Prefect server answers at PREFECT_API_URL={url}. Start one in another terminal with "
+            f"`{SERVER_COMMAND}` (and PREFECT_API_URL={API_URL_EXAMPLE}),{fallback} then try again.")
 
 
 def serve_deployment(name: str = "round", *, limit: int | None = 1) -> None:

@@ -1,39 +1,43 @@
-"""Per-round metrics from the stage manifests, published as Prefect artifacts for the UI.
+"""A round in one row of metrics, from its stage manifests: the one summary of a round.
 
-Each round that computed something publishes two artifacts in its flow run (Prefect UI -> Artifacts):
-`<run>-summary`, markdown for the latest round, and `<run>-rounds`, a table with one row per round so far
-(train success and reward, signals by kind, candidates, verification outcomes, dataset size, loss, KL,
-held-out success). Everything comes from manifest outputs: no Parquet is read.
+`round_metrics` reads a round's manifests (no Parquet): train success and reward, signals by kind,
+explorations, candidates by status, verification outcomes, tasks added, dataset size, loss, KL and
+held-out success. Everything that summarises rounds renders these rows: the line printed per round
+(`round_line`), the Prefect artifacts of a flow run (`publish_round`: `<run>-summary` markdown and
+`<run>-rounds` table, Prefect UI -> Artifacts) and `coevolve runs` (`runs_overview`).
 """
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
-from coevolve.pipeline.context import RunContext
+from coevolve.config import SIGNAL_KINDS
+from coevolve.storage.layout import RunLayout
+from coevolve.storage.store import RunStore
 
-SIGNAL_KINDS = ("forgetting", "boundary", "rare")
 CANDIDATE_STATUSES = ("ok", "unparsable", "invalid", "duplicate")
 OUTCOMES = ("accept", "retain", "discard")
+_STAGES = ("bootstrap", "rollout", "signals", "explore", "abstract", "verify", "merge", "grpo_update", "evaluate")
 
 
-def round_metrics(ctx: RunContext, round_: int, dataset_size: int | None = None) -> dict[str, Any]:
+def round_metrics(store: RunStore, round_: int, dataset_size: int | None = None) -> dict[str, Any]:
     """One flat row of a round's metrics; `dataset_size` is |D| before the round (carried forward)."""
-    out = {s: (m.outputs if (m := ctx.store.manifest(round_, s)) else {}) for s in (
-        "bootstrap", "rollout", "signals", "abstract", "verify", "merge", "grpo_update", "evaluate")}
+    out = {s: (m.outputs if (m := store.manifest(round_, s)) else {}) for s in _STAGES}
     row: dict[str, Any] = {"round": round_}
     row["train_success"] = out["rollout"].get("success_rate")
     row["train_reward"] = out["rollout"].get("mean_reward")
+    row["tokens_per_second"] = out["rollout"].get("tokens_per_second")
     for kind in SIGNAL_KINDS:
         row[f"{kind}_signals"] = out["signals"].get(f"{kind}_signals")
+    row["explorations"] = out["explore"].get("explorations")
     for status in CANDIDATE_STATUSES:
         row[f"candidates_{status}"] = out["abstract"].get(status)
     for outcome in OUTCOMES:
         row[outcome] = out["verify"].get(outcome)
-    size = out["bootstrap"].get("dataset_size", dataset_size)
     row["added_tasks"] = out["merge"].get("added_tasks")
-    row["dataset_size"] = out["merge"].get("dataset_size", size)
+    row["dataset_size"] = out["merge"].get("dataset_size", out["bootstrap"].get("dataset_size", dataset_size))
     row["loss"] = out["grpo_update"].get("loss")
     row["kl"] = out["grpo_update"].get("kl")
     for key, value in out["evaluate"].items():
@@ -42,12 +46,53 @@ def round_metrics(ctx: RunContext, round_: int, dataset_size: int | None = None)
     return row
 
 
-def run_metrics(ctx: RunContext, rounds: int) -> list[dict[str, Any]]:
+def run_metrics(store: RunStore, rounds: int) -> list[dict[str, Any]]:
     """`round_metrics` for rounds 0..rounds-1, carrying the dataset size forward."""
     rows, size = [], None
     for r in range(rounds):
-        rows.append(round_metrics(ctx, r, size))
+        rows.append(round_metrics(store, r, size))
         size = rows[-1]["dataset_size"]
+    return rows
+
+
+def round_line(row: dict[str, Any], cached: list[str] | None = None) -> str:
+    """The line printed for a round: what it trained on, what the evolution did, how the policy scores."""
+    parts = [f"round {row['round']}"]
+    if row["train_success"] is not None:
+        parts.append(f"train {row['train_success']:.0%} reward {row['train_reward']:.2f}")
+    signals = [row[f"{k}_signals"] for k in SIGNAL_KINDS]
+    if any(s is not None for s in signals):
+        mix = "/".join(str(s or 0) for s in signals)
+        verdicts = "/".join(str(row[o] or 0) for o in OUTCOMES)
+        parts.append(f"signals {mix} (f/b/r) -> {row['candidates_ok'] or 0} candidates -> {verdicts} (a/r/d) "
+                     f"-> +{row['added_tasks'] or 0} tasks")
+    if row["dataset_size"] is not None:
+        parts.append(f"|D| {row['dataset_size']}")
+    if row["loss"] is not None:
+        parts.append(f"loss {row['loss']:+.3f}")
+    parts += [f"{k.removeprefix('eval_').removesuffix('_success')} {v:.0%}" for k, v in row.items()
+              if k.startswith("eval_") and v is not None]  # fmt: skip
+    if cached:
+        parts.append("cached" if len(cached) > 3 else f"cached: {', '.join(cached)}")
+    return " | ".join(parts)
+
+
+def runs_overview(root: Path) -> list[dict[str, Any]]:
+    """One row per run under `root`: rounds with a rollout, the last one's dataset size, train success and
+    the last held-out success."""
+    rows = []
+    for run_dir in sorted(p for p in root.glob("run=*") if p.is_dir()):
+        store = RunStore(RunLayout(root, run_dir.name.removeprefix("run=")))
+        rounds = [r for r in store.layout.rounds() if store.manifest(r, "rollout") is not None]
+        if not rounds:
+            continue
+        metrics = run_metrics(store, rounds[-1] + 1)
+        evals = [m for m in metrics if any(k.startswith("eval_") for k in m)]
+        last_eval = {k.removeprefix("eval_"): v for k, v in evals[-1].items() if k.startswith("eval_")} if evals else {}
+        rows.append({"run": store.run, "rounds": len(rounds), "dataset": metrics[-1]["dataset_size"],
+                     "train": metrics[-1]["train_success"],
+                     "held-out": ", ".join(f"{k.removesuffix('_success')} {v:.0%}" for k, v in last_eval.items()),
+                     "eval round": evals[-1]["round"] if evals else None})  # fmt: skip
     return rows
 
 
@@ -68,17 +113,16 @@ def artifact_key(run: str, suffix: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", f"{run}-{suffix}".lower()).strip("-")
 
 
-def publish_round(ctx: RunContext, round_: int) -> bool:
+def publish_round(store: RunStore, round_: int) -> bool:
     """Publish the round's markdown and the run's table artifact; False outside a flow run."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
     from prefect.context import FlowRunContext
 
     if FlowRunContext.get() is None:
         return False
-    rows = run_metrics(ctx, round_ + 1)
-    create_markdown_artifact(markdown_summary(ctx.run, rows[-1]), key=artifact_key(ctx.run, "summary"),
-                             description=f"CoEvolve run {ctx.run}, round {round_}")
-    table = [{k: v for k, v in row.items()} for row in rows]
-    create_table_artifact(table, key=artifact_key(ctx.run, "rounds"),
-                          description=f"CoEvolve run {ctx.run}: metrics per round")
+    rows = run_metrics(store, round_ + 1)
+    create_markdown_artifact(markdown_summary(store.run, rows[-1]), key=artifact_key(store.run, "summary"),
+                             description=f"CoEvolve run {store.run}, round {round_}")
+    create_table_artifact(rows, key=artifact_key(store.run, "rounds"),
+                          description=f"CoEvolve run {store.run}: metrics per round")
     return True

@@ -136,14 +136,18 @@ class RunContext:
 
     @contextmanager
     def progress(self, description: str, total: int) -> Any:
-        """A rich progress bar; yields `advance(n)`."""
-        if self.quiet:
+        """A rich progress bar on a terminal (none when quiet or when output goes to a file); yields
+        `advance(n)`."""
+        from rich.console import Console
+
+        console = Console(stderr=True)
+        if self.quiet or not console.is_terminal:
             yield lambda n=1: None
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-        with Progress(*columns, transient=True) as bar:
+        with Progress(*columns, console=console, transient=True) as bar:
             task_id = bar.add_task(description, total=total)
             advance: Callable[[int], None] = lambda n=1: bar.advance(task_id, n)  # noqa: E731
             yield advance

@@ -9,8 +9,9 @@ Everything is written into ``<name>.tmp-<pid>`` next to the target and renamed i
 reader never sees a half-written checkpoint under its final name. An existing checkpoint of the same
 name is first renamed aside and deleted only after the new one is in place.
 
-`load_checkpoint` reloads a full model or a peft adapter (on top of the base model recorded in its
-``adapter_config.json``). The `grpo_update` stage writes one checkpoint per round.
+`load_weights` loads a checkpoint's weights into a model of the same architecture (the whole model, or
+a peft adapter's weights into a model carrying that adapter). The `grpo_update` stage writes one
+checkpoint per round; the policy (`agents.policy`) and launched updates load them.
 """
 
 from __future__ import annotations
@@ -90,27 +91,24 @@ def _read_marker(directory: Path) -> dict:
     return json.loads(marker.read_text())
 
 
-def load_checkpoint(
-    directory: Path, *, dtype: torch.dtype | str | None = None, is_trainable: bool = True
-) -> tuple[nn.Module, Any | None]:
-    """Load ``(model, tokenizer)`` saved by `save_checkpoint`; tokenizer is None if none was saved.
+def load_weights(model: nn.Module, directory: Path, *, lora: bool) -> None:
+    """Load the weights `save_checkpoint` wrote in `directory` into `model` (the adapter's only, with LoRA);
+    a clear error when the checkpoint is missing, incomplete or does not fit the model."""
+    from safetensors.torch import load_file
 
-    A peft checkpoint is loaded on top of its base model (``base_model_name_or_path`` in its
-    ``adapter_config.json``, which must be resolvable locally), trainable unless told otherwise.
-    """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    _read_marker(directory)
+    state: dict[str, Any] = {}
+    for file in sorted(Path(directory).glob("*.safetensors")):
+        state.update(load_file(str(file)))
+    if lora:
+        from peft import set_peft_model_state_dict
 
-    directory = Path(directory)
-    meta = _read_marker(directory)
-    if meta.get("kind") == "adapter":
-        from peft import AutoPeftModelForCausalLM
-
-        model = AutoPeftModelForCausalLM.from_pretrained(directory, dtype=dtype, is_trainable=is_trainable)
+        unexpected = set_peft_model_state_dict(model, state).unexpected_keys
+        missing = [] if state else ["(no adapter weights)"]
     else:
-        model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype)
-    has_tokenizer = any((directory / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
-    tokenizer = AutoTokenizer.from_pretrained(directory) if has_tokenizer else None
-    return model, tokenizer
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    if unexpected or [m for m in missing if not m.endswith("lm_head.weight")]:
+        raise RuntimeError(f"checkpoint {directory} does not match the model: {missing[:3]} {unexpected[:3]}")
 
 
 def read_optimizer_state(directory: Path) -> dict[str, Any]:

@@ -1,18 +1,12 @@
-"""Supervised warm start: fine-tune a policy on reference solutions before reinforcement learning.
+"""Supervised warm start: fine-tune a policy on reference episodes before reinforcement learning.
 
 The paper's policies (Qwen3-4B and up) already solve part of their training tasks, which is what gives
-GRPO groups with both outcomes and lets CoEvolve's boundary and forgetting signals fire. SmolLM2-135M
-solves almost no tool-world task zero-shot (benchmarks/RESULTS.md), so the learning benchmark first
-fine-tunes it briefly on reference solutions of *other* instances of the training families: every arm
-then starts from the same partly competent checkpoint.
+GRPO groups with both outcomes and lets CoEvolve's boundary and forgetting signals fire. A small model
+that solves almost none can first be fine-tuned briefly on reference episodes (`agents.reference`) of
+*other* instances of the training families, so every run starts from the same partly competent
+checkpoint. Loss: the mean token NLL of the assistant replies (`SampleBatch` masks).
 
-A reference episode is played through the real environment and rendered exactly as a rollout would be
-(`stages.agent_loop`): the prompt with tools and demonstrations, then per user turn one reply per
-reference call (so each call sees the previous result) and a final answer stating the turn's required
-values (`envs.replay.final_answer`). Only the assistant replies carry loss (`SampleBatch` masks).
-
-    from rl.warm_start import WarmStart, reference_samples, warm_start
-    samples = reference_samples(env, chat, tasks)
+    samples = reference_samples(env, chat, tasks)                 # agents.reference
     losses = warm_start(model, samples, WarmStart(epochs=2))
 """
 
@@ -24,10 +18,6 @@ from dataclasses import dataclass
 
 import torch
 
-from coevolve.envs.base import Environment, Task
-from coevolve.envs.replay import final_answer
-from coevolve.llm.chat import ChatFormat
-from coevolve.llm.toolcalls import render_tool_call
 from coevolve.rl.batch import SampleBatch, micro_batches
 from coevolve.rl.update import micro_batch_logprobs
 
@@ -54,37 +44,6 @@ class WarmStart:
                 raise ValueError(f"warm start: {name} must be >= 1, got {getattr(self, name)}")
         if not self.lr > 0:
             raise ValueError(f"warm start: lr must be > 0, got {self.lr}")
-
-
-def reference_sample(env: Environment, chat: ChatFormat, task: Task) -> tuple[list[int], list[int]]:
-    """Token ids and loss mask of `task`'s reference solution played through `env` as the agent."""
-    obs = env.reset(task)
-    demos = list(getattr(env, "demonstrations", list)())
-    ids = chat.prompt_ids(obs.messages, tools=obs.tools, demonstrations=demos)
-    mask = [0] * len(ids)
-    solution = task.solution or []
-    for turn in range(len(task.turns)):
-        calls = solution[turn] if turn < len(solution) else []
-        for reply in [render_tool_call(call) for call in calls] + [final_answer(task, turn)]:
-            reply_ids = chat.encode(reply) + [chat.end_of_turn_id]
-            ids += reply_ids
-            mask += [1] * len(reply_ids)
-            result = env.step(reply)
-            if result.done:
-                return ids, mask
-            more = chat.continuation_ids(result.messages, last_token_id=chat.end_of_turn_id).ids
-            ids += more
-            mask += [0] * len(more)
-    return ids, mask
-
-
-def reference_samples(env: Environment, chat: ChatFormat, tasks: Sequence[Task]) -> SampleBatch:
-    """One reference episode per task, as a `SampleBatch` (rewards 1); a group is one task family.
-
-    Tasks of one family share their prompt up to the user's request (same tools, same demonstrations),
-    so `warm_start` runs a family's rows together and encodes that prefix once (`rl.shared_prefix`).
-    """
-    return as_batch([reference_sample(env, chat, task) for task in tasks], [task.family for task in tasks])
 
 
 def as_batch(rows: Sequence[tuple[list[int], list[int]]], groups: Sequence[Hashable]) -> SampleBatch:

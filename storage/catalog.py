@@ -2,12 +2,14 @@
 
 Parquet is the source of truth. `build_catalog(root)` (re)writes `root/catalog.duckdb` with views such as
 
-    CREATE VIEW trajectories AS SELECT * FROM read_parquet('<root>/run=*/round=*/stage=*/trajectories.parquet',
+    CREATE VIEW trajectories AS SELECT * FROM read_parquet('run=*/round=*/stage=*/trajectories.parquet',
         hive_partitioning = true, union_by_name = true)
 
-so `run`, `round` and `stage` come out as columns and new files are seen without rebuilding. Queries
-open the catalog read-only; `query(root, sql)` works even where the catalog file cannot be written
-(another process holds it) by building the same views in memory.
+so `run`, `round` and `stage` come out as columns and new files are seen without rebuilding. The paths
+are relative to the storage root, so the folder can be moved or copied to another machine: open the
+catalog from inside it (`cd runs && duckdb catalog.duckdb`), or from anywhere after
+`SET file_search_path = '<the runs folder>'`. The project's own queries (`query(root, sql)`, `coevolve
+sql`) build the same views in memory with absolute paths and never lock the catalog file.
 
 A corrupt or half-written file (its Parquet footer does not parse) would make every query on its view
 fail. Such files are left out: that view lists the readable files explicitly instead of a glob, and
@@ -28,8 +30,10 @@ from coevolve.storage.schemas import ARTIFACTS
 CATALOG = "catalog.duckdb"
 
 
-def artifact_glob(root: Path, artifact: str) -> str:
-    return str(root.resolve() / "run=*" / "round=*" / "stage=*" / f"{artifact}.parquet")
+def artifact_glob(root: Path | None, artifact: str) -> str:
+    """The glob of an artifact's files under `root` (absolute), or relative to the root when None."""
+    relative = Path("run=*") / "round=*" / "stage=*" / f"{artifact}.parquet"
+    return str(relative if root is None else root.resolve() / relative)
 
 
 def present_artifacts(root: Path) -> list[str]:
@@ -72,12 +76,14 @@ def _quote(text: str) -> str:
 
 
 def _create_views(
-    con: duckdb.DuckDBPyConnection, root: Path, files: ArtifactFiles | None = None
+    con: duckdb.DuckDBPyConnection, root: Path, files: ArtifactFiles | None = None, *, relative: bool = False
 ) -> list[str]:
+    """One view per artifact; `relative`: paths relative to `root` (the persisted, portable catalog)."""
     files = files or ArtifactFiles.scan(root)
     for name, readable in files.readable.items():
-        source = _quote(artifact_glob(root, name)) if files.complete(name) else (
-            "[" + ", ".join(_quote(str(path)) for path in readable) + "]"
+        shown = [path.relative_to(root.resolve()) if relative else path for path in readable]
+        source = _quote(artifact_glob(None if relative else root, name)) if files.complete(name) else (
+            "[" + ", ".join(_quote(str(path)) for path in shown) + "]"
         )  # fmt: skip
         con.execute(
             f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet({source}, "
@@ -95,7 +101,8 @@ def build_catalog(root: Path) -> Path | None:
     except duckdb.IOException:
         return None
     try:
-        _create_views(con, root)
+        con.execute(f"SET file_search_path = {_quote(str(root.resolve()))}")  # views are bound when created
+        _create_views(con, root, relative=True)
     finally:
         con.close()
     return path

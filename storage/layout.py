@@ -23,8 +23,10 @@ MANIFEST = "_manifest.json"
 _RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,79}$")
 
 
-def default_root() -> Path:
-    return Path(os.environ.get("COEVOLVE_HOME", "runs"))
+def storage_root(explicit: Path | str | None = None, configured: str | None = None) -> Path:
+    """Where runs live: an explicit `--root`, else $COEVOLVE_HOME, else the config's `storage.root`, else
+    `runs` (relative to the working directory). The one place this is decided."""
+    return Path(explicit or os.environ.get("COEVOLVE_HOME") or configured or "runs")
 
 
 def check_run_name(run: str) -> str:
@@ -71,9 +73,3 @@ class RunLayout:
             return []
         found = (p.name.removeprefix("round=") for p in self.run_dir.glob("round=*") if p.is_dir())
         return sorted(int(r) for r in found if r.isdigit())
-
-
-def list_runs(root: Path) -> list[str]:
-    if not root.exists():
-        return []
-    return sorted(p.name.removeprefix("run=") for p in root.glob("run=*") if p.is_dir())

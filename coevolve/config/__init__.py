@@ -5,33 +5,36 @@ with `--set key=value` overrides (`loading`).
     cfg = load_config("configs/toolworld-smollm2.yaml", ["rollout.k=4"])
 """
 
-from coevolve.config.loading import ConfigError, apply_override, load_config, parse_config
-from coevolve.config.models import (
+from coevolve.config.evolution import (
+    MOVED_FIELDS,
     SIGNAL_KINDS,
     AbstractConfig,
+    EvolveConfig,
+    ExploreConfig,
+    MergeConfig,
+    SignalsConfig,
+    VerifyConfig,
+)
+from coevolve.config.loading import ConfigError, apply_override, load_config, parse_config
+from coevolve.config.models import (
     CoevolveConfig,
     DatasetConfig,
     EnvConfig,
     EvalConfig,
-    EvolveConfig,
-    ExploreConfig,
     LocalTeacherConfig,
-    MergeConfig,
     ModelConfig,
     OpenAITeacherConfig,
     PolicyTeacherConfig,
     RolloutConfig,
     RunSection,
     RuntimeSection,
-    SignalsConfig,
     StorageSection,
     TeacherConfig,
     TrainConfig,
-    VerifyConfig,
 )
 
 __all__ = [
-    "SIGNAL_KINDS", "AbstractConfig", "CoevolveConfig", "ConfigError", "DatasetConfig", "EnvConfig", "EvalConfig",
+    "MOVED_FIELDS", "SIGNAL_KINDS", "AbstractConfig", "CoevolveConfig", "ConfigError", "DatasetConfig", "EnvConfig", "EvalConfig",
     "EvolveConfig", "ExploreConfig", "LocalTeacherConfig", "MergeConfig", "ModelConfig", "OpenAITeacherConfig",
     "PolicyTeacherConfig", "RolloutConfig", "RunSection", "RuntimeSection", "SignalsConfig", "StorageSection",
     "TeacherConfig", "TrainConfig", "VerifyConfig", "apply_override", "load_config", "parse_config",

@@ -14,7 +14,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from coevolve.config.models import MOVED_FIELDS, CoevolveConfig
+from coevolve.config.evolution import MOVED_FIELDS
+from coevolve.config.models import CoevolveConfig
 
 
 class ConfigError(ValueError):

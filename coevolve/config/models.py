@@ -9,11 +9,17 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import BaseModel, Discriminator, Field, Tag, field_validator, model_validator
 
-
-class Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+from coevolve.config.evolution import (
+    AbstractConfig,
+    EvolveConfig,
+    ExploreConfig,
+    MergeConfig,
+    SignalsConfig,
+    VerifyConfig,
+)
+from coevolve.config.section import Section
 
 
 class ModelConfig(Section):
@@ -100,127 +106,6 @@ class EvalConfig(Section):
     """Score at most this many tasks per split (a fixed seeded sample); None = all."""
     greedy: bool = True
     """Greedy decoding for evaluation (else the rollout temperature)."""
-
-
-SIGNAL_KINDS = ("forgetting", "boundary", "rare")
-
-
-class EvolveConfig(Section):
-    """When the data evolves (the phases' own settings are in their sections)."""
-
-    every: int = Field(0, ge=0)
-    """Run the data-evolution phases every F rounds (rounds F-1, 2F-1, ...); 0 = plain GRPO on the seed
-    dataset."""
-    verify_after_update: bool = False
-    """Run the round's data evolution after its GRPO update, so verification attempts (and
-    `merge.unsolved_weighting` grades) a candidate with the policy that will draw it, not the one before the
-    update, which has not yet trained on the boundary task the candidate was explored from. A policy teacher
-    (`teacher.type: policy`) is then the updated policy too. Off: evolution runs beside the update, both on
-    the round's rollouts."""
-
-
-class SignalsConfig(Section):
-    """Weakness signals over the rollout ledger (stage `signals`)."""
-
-    kinds: tuple[Literal["forgetting", "boundary", "rare"], ...] = SIGNAL_KINDS
-    """Signal kinds that are extracted, and the order in which they are explored (first = most urgent)."""
-    window: int = Field(10, ge=1)
-    """W: forgetting looks at a task's last W attempted rounds; rare counts actions of the last W rounds."""
-    rare_theta: float = Field(5.0, ge=0.0, le=100.0)
-    """Rare: a pattern is rare when 0 < count / N < theta / 100."""
-    rare_pattern: Literal["tool", "bigram"] = "tool"
-    """Rare patterns: single tool names, or pairs of consecutive calls."""
-
-
-class ExploreConfig(Section):
-    """Signal-guided re-exploration by the teacher (stage `explore`)."""
-
-    guided: bool = True
-    """Explore around signal-marked trajectories (CoEvolve). False = the paper's "random exploration"
-    ablation: the same number of explorations start from random worlds of the round's dataset under a
-    generic request, whatever the signals say."""
-    max_explorations: int = Field(4, ge=0)
-    """Most signal-marked trajectories re-explored per evolution (one per task; kind order, then newest)."""
-    rounds: int = Field(2, ge=1)
-    """R: independent exploration episodes per exploration context (multi-round)."""
-    steps: int = Field(6, ge=1)
-    """S: most teacher replies per exploration episode (multi-step)."""
-    follow_ups: int = Field(1, ge=0)
-    """User turns added after the explored task's own, each asking the teacher to explore beyond the request
-    (`evolution/prompts/explore_follow_up.md`): a small teacher otherwise carries the request out and stops,
-    and the only task its calls make is the explored one again."""
-
-
-class AbstractConfig(Section):
-    """Abstraction of explored calls into candidate tasks (stage `abstract`)."""
-
-    samples: int = Field(1, ge=1)
-    """Teacher replies sampled per triple group (each may hold tasks): more candidates for verification to
-    choose from at the cost of one batched generation."""
-    single_calls: bool = False
-    """Also abstract each call of a group with several calls on its own (`single_call_groups`): a small
-    teacher matches one call to its query far better than it picks indices among several."""
-    prefill_effect: bool = False
-    """Start a one-call group's reply by what its call did too: a read-only call's with its first answer (the
-    task must ask for what the call reads), a state change's with no answers (an instruction). Without it a
-    small teacher writes instructions over read-only calls, which verification discards as `no effect`."""
-    max_tasks_per_group: int = Field(3, ge=1)
-    """Most tasks the teacher may abstract from one triple group (extra ones are rows marked `invalid`)."""
-    duplicate_jaccard: float = Field(0.8, ge=0.0, le=1.0)
-    """Two candidates with the same normalised solution and query token-Jaccard >= this are duplicates (0: the
-    same solution is enough)."""
-
-
-class VerifyConfig(Section):
-    """Environment verification of candidate tasks (stage `verify`)."""
-
-    enabled: bool = True
-    """Verify synthesized tasks in the environment before merging. False = the no-verification ablation:
-    every parsed candidate is admitted with a lenient checker."""
-    attempts: int = Field(1, ge=1)
-    """K: policy attempts per verified candidate (outcome from the best one)."""
-    greedy: bool = True
-    """Greedy decoding when `attempts` is 1 (otherwise attempts sample at the rollout temperature)."""
-    grounding: float = Field(0.5, ge=0.0, le=1.0)
-    """Least share of the literals a synthesized query names (numbers, identifiers with a digit, paths,
-    quoted text) that its solution must use or read; 0 turns the check off."""
-    contamination_jaccard: float = Field(0.9, ge=0.0, le=1.0)
-    """A candidate whose query has token-Jaccard >= this with a held-out eval task is discarded."""
-
-
-class MergeConfig(Section):
-    """Which verified tasks join the dataset, and how often they are drawn (stage `merge`)."""
-
-    admit: tuple[Literal["accept", "retain", "discard"], ...] = ("accept", "retain")
-    """Verification outcomes merged into D_{r+1}. The paper keeps accepted and retained tasks."""
-    signal_weight: float = Field(1.0, gt=0.0)
-    """Sampling weight of merged signal-linked tasks (other tasks weigh 1); > 1 upweights them."""
-    unsolved_weighting: bool = False
-    """Scale a merged task's weight by the share of its verification attempts the policy failed: one it
-    solved every time weighs 0 and is never drawn (a GRPO group of K successes has zero advantage), one it
-    always failed keeps its whole weight. Grades only with `verify.attempts` > 1 (one attempt: solved or
-    not); tasks admitted unverified (`verify.enabled: false`) keep their weight."""
-
-
-MOVED_FIELDS: dict[str, str] = {
-    "evolve.window": "signals.window", "evolve.rare_theta": "signals.rare_theta",
-    "evolve.rare_pattern": "signals.rare_pattern", "evolve.kinds": "signals.kinds",
-    "evolve.guided": "explore.guided", "evolve.max_explorations": "explore.max_explorations",
-    "evolve.explore_rounds": "explore.rounds", "evolve.explore_steps": "explore.steps",
-    "evolve.explore_follow_ups": "explore.follow_ups",
-    "evolve.abstract_samples": "abstract.samples", "evolve.abstract_single_calls": "abstract.single_calls",
-    "evolve.abstract_prefill_effect": "abstract.prefill_effect",
-    "evolve.max_tasks_per_group": "abstract.max_tasks_per_group",
-    "evolve.duplicate_jaccard": "abstract.duplicate_jaccard",
-    "evolve.verify": "verify.enabled", "evolve.verify_attempts": "verify.attempts",
-    "evolve.verify_greedy": "verify.greedy", "evolve.grounding": "verify.grounding",
-    "evolve.contamination_jaccard": "verify.contamination_jaccard",
-    "evolve.admit": "merge.admit", "evolve.signal_weight": "merge.signal_weight",
-    "evolve.unsolved_weighting": "merge.unsolved_weighting",
-    "dataset.bootstrap_budget": "dataset.bootstrap_worlds",
-}
-"""Config fields that moved when the sections were split by stage: old path -> new path (`load_config`
-names the new one)."""
 
 
 class InProcessTeacherSampling(Section):

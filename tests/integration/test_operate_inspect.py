@@ -105,18 +105,18 @@ def test_show_ambiguous_and_unknown_prefixes(evolved_run):
 
 
 def test_runs_lists_rounds_dataset_size_and_success(evolved_run):
-    from coevolve.flows.render import runs_table
+    from coevolve.flows.summary import runs_overview
     from coevolve.storage.catalog import query
 
     root = evolved_run.root
-    [row] = runs_table(root).to_pylist()
+    [row] = runs_overview(root)
     size = query(root, "SELECT count(*) AS n FROM datasets WHERE dataset_version = 2").to_pylist()[0]["n"]
     train = query(root, "SELECT avg(success::INT) AS s FROM trajectories "
                         "WHERE source = 'rollout' AND round = 1").to_pylist()[0]["s"]
     heldout = query(root, "SELECT avg(success::INT) AS s FROM evals "
                           "WHERE stage = 'evaluate' AND round = 1").to_pylist()[0]["s"]
-    assert row == {"run": "evo", "rounds": 2, "last_round": 1, "dataset_size": size, "train_success": train,
-                   "eval_success": heldout, "eval_round": 1}
+    assert row == {"run": "evo", "rounds": 2, "dataset": size, "train": train,
+                   "held-out": f"test {heldout:.0%}", "eval round": 1}
     result = CliRunner().invoke(app, ["runs", "--root", str(root)], terminal_width=160)
     assert result.exit_code == 0 and "evo" in result.output and str(size) in result.output
 

@@ -246,7 +246,7 @@ def test_more_counts_from_the_completed_rounds(tmp_path):
 
 def test_round_metrics_carry_the_dataset_size(tmp_path):
     layout = make_run(tmp_path, rounds=2)
-    rows = run_metrics(context(layout), 2)
+    rows = run_metrics(context(layout).store, 2)
     assert [r["dataset_size"] for r in rows] == [40, 40]
     assert rows[1]["train_success"] == 0.5 and rows[0]["loss"] == -0.5 and rows[1]["eval_test_success"] == 0.5
     assert rows[0]["boundary_signals"] is None

@@ -9,8 +9,9 @@ import transformers
 
 from coevolve.rl.batch import SampleBatch
 from coevolve.rl.logprobs import token_logprobs
+from coevolve.rl.plan import plan_update
 from coevolve.rl.shared_prefix import common_prefix_length, shared_prefix_logprobs, supports_shared_prefix
-from coevolve.rl.update import UpdateHyperparams, grpo_update, plan_update
+from coevolve.rl.update import UpdateHyperparams, grpo_update
 from tests.unit.test_rl_update import GradRecorder
 
 VOCAB = 128

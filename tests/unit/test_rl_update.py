@@ -7,7 +7,7 @@ import torch
 import transformers
 
 from coevolve.rl.batch import SampleBatch, micro_batches
-from coevolve.rl.checkpoint import load_checkpoint, load_optimizer_state, save_checkpoint
+from coevolve.rl.checkpoint import load_optimizer_state, load_weights, save_checkpoint
 from coevolve.rl.logprobs import token_logprobs
 from coevolve.rl.update import UpdateHyperparams, grpo_update, make_optimizer, progress_total
 
@@ -242,10 +242,12 @@ def test_checkpoint_round_trip_is_exact(tmp_path):
     save_checkpoint(model, tiny_tokenizer(), optimizer, target)
     assert sorted(p.name for p in target.parent.iterdir()) == ["round=1"]  # no temp dirs left
 
-    loaded, tokenizer = load_checkpoint(target, dtype=torch.float32)
+    loaded = tiny_llama(seed=9)
+    load_weights(loaded, target, lora=False)
     saved = dict(model.state_dict())
     for name, value in loaded.state_dict().items():
         assert torch.equal(value, saved[name]), name
+    tokenizer = transformers.AutoTokenizer.from_pretrained(target)
     assert tokenizer("t5 t7")["input_ids"] == [5, 7]
 
     fresh = make_optimizer(loaded, hp.lr)
@@ -255,13 +257,13 @@ def test_checkpoint_round_trip_is_exact(tmp_path):
         assert torch.equal(value["exp_avg"], state[key]["exp_avg"])
 
 
-def test_load_checkpoint_names_a_missing_or_incomplete_directory(tmp_path):
+def test_load_weights_names_a_missing_or_incomplete_directory(tmp_path):
     with pytest.raises(FileNotFoundError, match="nowhere"):
-        load_checkpoint(tmp_path / "nowhere")
+        load_weights(tiny_llama(), tmp_path / "nowhere", lora=False)
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "config.json").write_text("{}")
     with pytest.raises(FileNotFoundError, match="half.*incomplete"):
-        load_checkpoint(tmp_path / "half")
+        load_weights(tiny_llama(), tmp_path / "half", lora=False)
     save_checkpoint(tiny_llama(), None, None, tmp_path / "no-opt")
     with pytest.raises(FileNotFoundError, match="optimizer.pt"):
         load_optimizer_state(make_optimizer(tiny_llama(), 1e-3), tmp_path / "no-opt")
@@ -278,8 +280,9 @@ def test_peft_checkpoint_saves_the_adapter_and_reloads_it(tmp_path):
     save_checkpoint(model, None, None, tmp_path / "adapter")
     assert (tmp_path / "adapter" / "adapter_config.json").is_file()
     assert not (tmp_path / "adapter" / "model.safetensors").exists()
-    loaded, tokenizer = load_checkpoint(tmp_path / "adapter", dtype=torch.float32)
-    assert isinstance(loaded, peft.PeftModel) and tokenizer is None
+    fresh = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "base")
+    loaded = peft.get_peft_model(fresh, peft.LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    load_weights(loaded, tmp_path / "adapter", lora=True)
     ids = torch.arange(10)[None]
     with torch.no_grad():
         torch.testing.assert_close(loaded(ids).logits, model(ids).logits, rtol=0, atol=1e-6)
@@ -311,7 +314,7 @@ def test_single_step_update_reuses_its_forward_as_old_logprobs(beta, monkeypatch
 
 
 def test_shard_plan_deals_micro_batches_round_robin_and_keeps_the_whole_token_count():
-    from coevolve.rl.update import shard_plan
+    from coevolve.rl.plan import shard_plan
 
     batch = make_batch(SIGNAL)
     plan = [[[0, 1], [2, 3], [4, 5]], [[6, 7]]]

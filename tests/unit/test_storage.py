@@ -113,3 +113,23 @@ def test_a_corrupt_file_is_left_out_of_its_view_and_named(tmp_path):
 def test_bad_run_names_are_rejected(tmp_path):
     with pytest.raises(ValueError, match="invalid run name"):
         RunLayout(tmp_path, "../escape")
+
+
+def test_the_catalog_opens_after_the_runs_folder_is_copied_elsewhere(tmp_path, monkeypatch):
+    import shutil
+
+    import duckdb
+
+    store = RunStore(RunLayout(tmp_path / "a", "demo"))
+    store.write(0, "merge", "datasets", [{"dataset_version": 1, "task_id": "t", "weight": 1.0, "added_round": 1}])
+    build_catalog(tmp_path / "a")
+    shutil.copytree(tmp_path / "a", tmp_path / "elsewhere" / "b")
+    shutil.rmtree(tmp_path / "a")  # the original is gone
+    sql = "SELECT run, round, stage, task_id FROM datasets"
+    monkeypatch.chdir(tmp_path / "elsewhere" / "b")  # opened from inside the folder
+    with duckdb.connect("catalog.duckdb", read_only=True) as con:
+        assert con.sql(sql).fetchall() == [("demo", 0, "merge", "t")]
+    monkeypatch.chdir(tmp_path)  # or from anywhere, naming the folder once
+    with duckdb.connect(str(tmp_path / "elsewhere" / "b" / "catalog.duckdb"), read_only=True) as con:
+        con.execute(f"SET file_search_path = '{tmp_path / 'elsewhere' / 'b'}'")
+        assert con.sql(sql).fetchall() == [("demo", 0, "merge", "t")]

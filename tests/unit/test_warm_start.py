@@ -8,13 +8,14 @@ import pytest
 import torch
 
 from coevolve import envs
+from coevolve.agents.reference import reference_sample, reference_samples
 from coevolve.config import load_config
 from coevolve.evolution.warm_start import RECORD, warm_start_checkpoint, warm_start_tasks
 from coevolve.llm.chat import ChatFormat
 from coevolve.llm.models import load_model
 from coevolve.llm.toolcalls import render_tool_call
 from coevolve.rl.update import micro_batch_logprobs
-from coevolve.rl.warm_start import WarmStart, reference_sample, reference_samples, warm_start
+from coevolve.rl.warm_start import WarmStart, warm_start
 from tests.conftest import CONFIGS
 
 
