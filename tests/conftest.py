@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")  # INFO still reaches the API
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"

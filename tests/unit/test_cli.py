@@ -298,3 +298,14 @@ def test_prefect_yaml_declares_the_served_deployment():
     schema = parameter_schema(flow.fn).model_dump()
     assert {"config", "run", "rounds", "overrides", "more", "force"} <= set(schema["properties"])
     assert not schema.get("required")  # `prefect deployment run coevolve/round -p run=demo -p more=1` works
+
+
+def test_a_temporary_prefect_server_that_does_not_answer_names_the_way_out(monkeypatch):
+    from coevolve.flows.prefect_api import PrefectApiError, prefect_api
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.setattr("coevolve.flows.prefect_api.configured_api_url", lambda: None)
+    with pytest.raises(PrefectApiError, match="did not answer within.*COEVOLVE_PREFECT_STARTUP_S.*PREFECT_API_URL"), prefect_api(
+            startup_timeout_s=0.01):
+        pass
+    assert "PREFECT_API_URL" not in __import__("os").environ
