@@ -1,4 +1,10 @@
-"""Human-readable output for the CLI: query results as a table / CSV / JSON, and the runs overview."""
+"""Human-readable output for the CLI: query results as a table / CSV / JSON, rows as a table, and the
+messages that explain a failed query.
+
+Stored text (model replies, teacher output, tool results) is shown literally: never read as Rich markup
+(`[/x]` would vanish or crash the command), with control characters made visible (`literal`), so a
+reply prints as it was written.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +12,13 @@ import json
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 
 def print_table(table: pa.Table, fmt: str = "table", *, max_rows: int = 200, max_width: int = 60) -> None:
@@ -24,13 +34,24 @@ def print_table(table: pa.Table, fmt: str = "table", *, max_rows: int = 200, max
 
     view = Table(show_edge=False, header_style="bold")
     for name in table.column_names:
-        view.add_column(name, overflow="ellipsis", max_width=max_width)
+        view.add_column(literal(name), overflow="ellipsis", max_width=max_width)
     for row in table.slice(0, max_rows).to_pylist():
-        view.add_row(*(_cell(v) for v in row.values()))
+        view.add_row(*(literal(_cell(v)) for v in row.values()))
     console = Console()
     console.print(view)
     if table.num_rows > max_rows:
-        console.print(f"... {table.num_rows - max_rows} more rows (use --format csv for all)")
+        console.print(f"... {table.num_rows - max_rows} more rows (use --format csv for all)", markup=False)
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def literal(value: object, style: str = "") -> Text:
+    """`value` as Rich text shown exactly as stored: no markup, control characters (ANSI escapes...) as
+    visible `\\xNN`."""
+    from rich.text import Text
+
+    return Text(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value)), style=style)
 
 
 def _cell(value: object) -> str:
@@ -42,8 +63,17 @@ def _cell(value: object) -> str:
 
 
 def print_rows(rows: list[dict]) -> None:
-    """Rows of plain values (e.g. `summary.runs_overview`) as a table."""
-    print_table(pa.Table.from_pylist(rows))
+    """Rows of plain values (e.g. `summary.runs_overview`) as a table whose cells wrap instead of being cut,
+    so a long run name stays whole at 80 columns."""
+    from rich.console import Console
+    from rich.table import Table
+
+    view = Table(show_edge=False, header_style="bold")
+    for name in rows[0]:
+        view.add_column(literal(name), overflow="fold")
+    for row in rows:
+        view.add_row(*(literal(_cell(v)) for v in row.values()))
+    Console().print(view)
 
 
 _ARTIFACT_PATH = re.compile(r"run=([^/'\"]+)/round=(\d+)/stage=(\w+)/(\w+)\.parquet")

@@ -17,6 +17,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from coevolve.flows.render import literal
+
 ROLE_STYLE = {"system": "dim", "user": "bold cyan", "assistant": "bold green", "tool": "yellow"}
 
 
@@ -51,7 +53,7 @@ def find_id(con: Any, view: str, column: str, prefix: str, run: str | None) -> t
 
 def _pick_run(runs: list[str], run: str | None, console: Console) -> str:
     if run is None and len(runs) > 1:
-        console.print(f"[dim]in runs {', '.join(runs)}; showing '{runs[-1]}' (choose with --run)[/dim]")
+        console.print(f"in runs {', '.join(runs)}; showing '{runs[-1]}' (choose with --run)", markup=False, style="dim")
     return run or runs[-1]
 
 
@@ -88,7 +90,7 @@ def _kv_table(pairs: list[tuple[str, Any]]) -> Table:
     table.add_column(style="bold")
     table.add_column(overflow="fold")
     for key, value in pairs:
-        table.add_row(key, value if isinstance(value, Text) else str(value))
+        table.add_row(key, value if isinstance(value, Text) else literal(value))
     return table
 
 
@@ -115,9 +117,9 @@ def task_view(con: Any, prefix: str, run: str | None = None) -> list[Any]:
     solution = json.loads(task["solution"]) if task["solution"] else None
     conversation = []
     for i, turn in enumerate(turns):
-        conversation.append(Text.assemble((f"user [{i}] ", ROLE_STYLE["user"]), str(turn)))
+        conversation.append(Text.assemble((f"user [{i}] ", ROLE_STYLE["user"]), literal(turn)))
         if solution and i < len(solution):
-            conversation.append(Text.assemble(("  solution ", "green"), _calls(solution[i]) or "(no calls)"))
+            conversation.append(Text.assemble(("  solution ", "green"), literal(_calls(solution[i]) or "(no calls)")))
     header = _kv_table([
         ("task", task_id), ("run", run), ("env / split / family", f"{task['env']} / {task['split']} / {task['family']}"),
         ("source", task["source"]), ("added in round", task["round"]),
@@ -125,7 +127,7 @@ def task_view(con: Any, prefix: str, run: str | None = None) -> list[Any]:
     return [
         Panel(header, title="task", title_align="left"),
         Panel(Group(*conversation), title="turns and reference solution", title_align="left"),
-        Panel(_json_block(task["checker"]), title="checker", title_align="left"),
+        Panel(literal(_json_block(task["checker"])), title="checker", title_align="left"),
         Panel(_lineage(task["lineage"]), title="lineage", title_align="left"),
         _success_panel(con, task_id, run),
     ]
@@ -136,8 +138,8 @@ def _success_panel(con: Any, task_id: str, run: str) -> Panel:
     for row in _rows(con, "SELECT round, stage, source, count(*) AS n, sum(success::INT) AS ok, "
                           "avg(reward) AS reward FROM trajectories WHERE task_id = ? AND run = ? "
                           "GROUP BY ALL ORDER BY ALL", [task_id, run]):
-        success.add_row(str(row["round"]), row["stage"], row["source"], str(row["n"]), str(row["ok"]),
-                        f"{row['reward']:.3f}")
+        success.add_row(str(row["round"]), literal(row["stage"]), literal(row["source"]), str(row["n"]),
+                        str(row["ok"]), f"{row['reward']:.3f}")
     return Panel(success, title="its trajectories: success per round", title_align="left")
 
 
@@ -145,9 +147,9 @@ def _message(message: dict[str, Any]) -> Text:
     role = message.get("role", "?")
     text = Text(f"{role}: ", style=ROLE_STYLE.get(role, "bold"))
     content = message.get("content")
-    text.append(content if isinstance(content, str) else json.dumps(content, ensure_ascii=False))
+    text.append_text(literal(content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)))
     if message.get("tool_calls"):
-        text.append(f"\n  tool calls: {json.dumps(message['tool_calls'], ensure_ascii=False)}", style="green")
+        text.append_text(literal(f"\n  tool calls: {json.dumps(message['tool_calls'], ensure_ascii=False)}", "green"))
     return text
 
 
@@ -159,7 +161,7 @@ def trajectory_view(con: Any, prefix: str, run: str | None = None) -> list[Any]:
     t = _rows(con, "SELECT * FROM trajectories WHERE trajectory_id = ? AND run = ?", [traj_id, run])[0]
     outcome = Text(f"reward {t['reward']:.3f}  ", style="bold")
     outcome.append("success" if t["success"] else "failure", style="green" if t["success"] else "red")
-    outcome.append(f"  finish {t['finish']}" + (f" ({t['error']})" if t["error"] else ""))
+    outcome.append_text(literal(f"  finish {t['finish']}" + (f" ({t['error']})" if t["error"] else "")))
     header = _kv_table([
         ("trajectory", traj_id), ("run / round / stage", f"{run} / {t['round']} / {t['stage']}"),
         ("source", t["source"]), ("task", t["task_id"]), ("sample / policy", f"{t['sample']} / {t['policy_version']}"),
@@ -168,20 +170,23 @@ def trajectory_view(con: Any, prefix: str, run: str | None = None) -> list[Any]:
                  f"({t['num_tool_errors']} failed), {t['prompt_tokens']}+{t['completion_tokens']} tokens"),
     ])
     messages = [_message(m) for m in json.loads(t["messages"])]
-    steps = Table("step", "turn", "#", "kind", "tool", "ok", header_style="bold")
+    steps = Table(header_style="bold", pad_edge=False, expand=True)
+    for name, width in (("step", 4), ("turn", 4), ("#", 2), ("kind", 6), ("tool", 8), ("ok", 3)):
+        steps.add_column(name, min_width=width, no_wrap=True, overflow="ellipsis", max_width=width + 12)
     for name in ("arguments", "observation"):
-        steps.add_column(name, no_wrap=True, overflow="ellipsis", ratio=1)
+        steps.add_column(name, no_wrap=True, overflow="ellipsis", ratio=1, min_width=8)
     for s in _rows(con, "SELECT * FROM steps WHERE trajectory_id = ? AND run = ? ORDER BY step, call_index",
                    [traj_id, run]):
-        steps.add_row(str(s["step"]), str(s["turn"]), str(s["call_index"]), s["kind"], s["tool"] or "",
-                      "yes" if s["ok"] else "[red]no[/red]", Text(s["arguments"] or ""), Text(s["observation"]))
+        steps.add_row(str(s["step"]), str(s["turn"]), str(s["call_index"]), literal(s["kind"]), literal(s["tool"] or ""),
+                      Text("yes") if s["ok"] else Text("no", style="red"), literal(s["arguments"] or ""),
+                      literal(s["observation"]))
     task = _task_line(con, t["task_id"], run)
     return [
         Panel(header, title="trajectory", title_align="left"),
         Panel(Group(*messages), title="messages", title_align="left"),
         Panel(steps, title="steps", title_align="left"),
         Panel(task, title="task", title_align="left"),
-        Panel(_json_block(t["eval_details"]), title="evaluation details", title_align="left"),
+        Panel(literal(_json_block(t["eval_details"])), title="evaluation details", title_align="left"),
     ]
 
 
@@ -190,9 +195,9 @@ def _task_line(con: Any, task_id: str, run: str) -> Text:
     rows = _rows(con, "SELECT source, family, turns FROM tasks WHERE task_id = ? AND run = ? LIMIT 1",
                  [task_id, run]) if "tasks" in views else []
     if not rows:
-        return Text(f"{task_id} (not in the run's dataset: a held-out or exploration task)")
+        return literal(f"{task_id} (not in the run's dataset: a held-out or exploration task)")
     first = json.loads(rows[0]["turns"])[0] if json.loads(rows[0]["turns"]) else ""
-    return Text(f"{task_id} ({rows[0]['source']}, {rows[0]['family']}): {first}\n"
+    return literal(f"{task_id} ({rows[0]['source']}, {rows[0]['family']}): {first}\n"
                 f"coevolve show task {task_id[:12]}")
 
 

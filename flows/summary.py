@@ -90,7 +90,7 @@ def runs_overview(root: Path) -> list[dict[str, Any]]:
         evals = [m for m in metrics if any(k.startswith("eval_") for k in m)]
         last_eval = {k.removeprefix("eval_"): v for k, v in evals[-1].items() if k.startswith("eval_")} if evals else {}
         rows.append({"run": store.run, "rounds": len(rounds), "dataset": metrics[-1]["dataset_size"],
-                     "train": metrics[-1]["train_success"],
+                     "train": None if metrics[-1]["train_success"] is None else f"{metrics[-1]['train_success']:.0%}",
                      "held-out": ", ".join(f"{k.removesuffix('_success')} {v:.0%}" for k, v in last_eval.items()),
                      "eval round": evals[-1]["round"] if evals else None})  # fmt: skip
     return rows
