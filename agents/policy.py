@@ -12,7 +12,9 @@ version being trained (the rollout stage refuses samples of any other version).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,6 +75,7 @@ class Policy:
             self.engine.version = self.version
             return self.engine
         return OpenAIEngine(cfg.servers, cfg.served_name or cfg.name, tokenizer=self.tokenizer, token_ids=True,
+                            api_key_env=cfg.api_key_env,
                             version=self.version)  # fmt: skip
 
     def publish(self, version: str, checkpoint: Path) -> None:
@@ -107,7 +110,8 @@ class Policy:
         self.make_optimizer()
         from coevolve.rl.checkpoint import load_optimizer_state
 
-        load_optimizer_state(self.optimizer, checkpoint)
+        with checkpoint_errors(checkpoint, version):
+            load_optimizer_state(self.optimizer, checkpoint)
         self.publish(version, checkpoint)
 
     def make_optimizer(self) -> Any:
@@ -132,15 +136,30 @@ class Policy:
 
 
 def load_checkpoint_weights(model: Any, checkpoint: Path, version: str, *, lora: bool) -> None:
-    """Load the weights grpo_update saved for `version` in `checkpoint` into `model` (`rl.checkpoint`)."""
+    """Load the weights grpo_update saved for `version` in `checkpoint` into `model` (`rl.checkpoint`); a
+    missing or corrupt checkpoint is one `ArtifactError` naming the file and the command that rebuilds it."""
     from coevolve.rl.checkpoint import load_weights
 
-    if not checkpoint.is_dir():
-        raise FileNotFoundError(
-            f"checkpoint {checkpoint} of policy {version} is missing (pruned or deleted); "
-            "re-run the grpo_update stage that wrote it with --force"
-        )
-    load_weights(model, checkpoint, lora=lora)
+    with checkpoint_errors(checkpoint, version):
+        load_weights(model, checkpoint, lora=lora)
+
+
+@contextmanager
+def checkpoint_errors(checkpoint: Path, version: str) -> Iterator[None]:
+    """Turn a missing or unloadable checkpoint into one `ArtifactError` that says how to rebuild it."""
+    from coevolve.rl.checkpoint import CorruptCheckpointError
+    from coevolve.storage.parquet import ArtifactError
+
+    found = re.search(r"run=([^/]+)/checkpoints/round=(\d+)", str(checkpoint))
+    rebuild = (f"rebuild it with `coevolve stage grpo_update --run {found.group(1)} --round {found.group(2)} --force`"
+               if found else "re-run the grpo_update stage that wrote it with --force")  # fmt: skip
+    try:
+        yield
+    except FileNotFoundError as exc:
+        raise ArtifactError(f"checkpoint of policy {version} is missing or incomplete ({exc}; pruned or "
+                            f"deleted): {rebuild}") from None  # fmt: skip
+    except CorruptCheckpointError as exc:
+        raise ArtifactError(f"{exc}: the checkpoint of policy {version} is corrupt; {rebuild}") from None
 
 
 def with_lora_adapter(model: Any, train: TrainConfig) -> Any:

@@ -179,11 +179,14 @@ def stage(
         stage_def = get_stage(name)
     except ValueError as exc:
         _fail(f"{exc}. {_did_you_mean(name)}")
+    from coevolve.storage.lock import run_lock
+
     try:
         check_round(layout, round_)
-        cfg = _stage_config(layout, overrides or [], force=force)
-        quiet_libraries()
-        record = _rerun_stage(stage_def, cfg, layout, round_, force=force)
+        with run_lock(layout, f"coevolve stage {name} --run {run_name} --round {round_}"):
+            cfg = _stage_config(layout, overrides or [], force=force)
+            quiet_libraries()
+            record = _rerun_stage(stage_def, cfg, layout, round_, force=force)
     except _user_errors() as exc:
         _fail(str(exc))
     state = "cached" if record.cached else f"computed in {record.manifest.seconds:.1f} s"

@@ -136,9 +136,12 @@ def coevolve(
 
 def run_context(ctx: RunContext, *, rounds: int | None = None, more: int | None = None,
                 force: bool = False) -> dict[str, Any]:
-    """Run or continue the run of `ctx` (inside the caller's flow run, if any): what `coevolve` returns.
-    Tests hand in a context whose engine and teacher factories are fakes."""
-    reports = run_rounds(ctx, rounds_to_run(ctx, rounds, more), force=force)
+    """Run or continue the run of `ctx` (inside the caller's flow run, if any), holding the run's write lock:
+    what `coevolve` returns. Tests hand in a context whose engine and teacher factories are fakes."""
+    from coevolve.storage.lock import run_lock
+
+    with run_lock(ctx.store.layout, f"coevolve flow, run {ctx.run}"):
+        reports = run_rounds(ctx, rounds_to_run(ctx, rounds, more), force=force)
     return {
         "run": ctx.run,
         "root": str(ctx.store.layout.root),
@@ -149,7 +152,8 @@ def run_context(ctx: RunContext, *, rounds: int | None = None, more: int | None 
 
 @flow(name="coevolve-stage")
 def coevolve_stage(stage: str, run: str, round: int, root: str, force: bool = False) -> dict[str, Any]:
-    """Re-run one stage of a run from its cached inputs (`coevolve stage`, when a Prefect API is configured)."""
+    """Re-run one stage of a run from its cached inputs (`coevolve stage`, when a Prefect API is configured;
+    the command holds the run's lock)."""
     from coevolve.config import load_config
     from coevolve.stages import get_stage
     from coevolve.storage.layout import RunLayout

@@ -35,6 +35,7 @@ from coevolve.pipeline.runner import is_cached, stage_key
 from coevolve.pipeline.stage import StageDef
 from coevolve.stages import round_plan
 from coevolve.storage.layout import RunLayout
+from coevolve.storage.lock import run_lock
 from coevolve.storage.manifest import Manifest
 from coevolve.storage.parquet import ArtifactError, write_text_atomic
 from coevolve.storage.store import RunStore
@@ -63,6 +64,11 @@ def fork_run(config: CoevolveConfig, root: Path, source: str, target: str, round
         raise RunError(f"run '{target}' has stages already ({target_layout.run_dir}): fork into a new name")
     if rounds < 1:
         raise RunError(f"rounds must be >= 1, got {rounds}")
+    with run_lock(target_layout, f"coevolve fork {source} {target}"):
+        return _fork(config, source_layout, target_layout, rounds)
+
+
+def _fork(config: CoevolveConfig, source_layout: RunLayout, target_layout: RunLayout, rounds: int) -> list[Copied]:
     source_ctx = RunContext(config, RunStore(source_layout), quiet=True)
     target_ctx = RunContext(config, RunStore(target_layout), quiet=True)
     write_text_atomic(config.to_yaml(), target_layout.config_path)
@@ -101,8 +107,8 @@ def _copy(stage: StageDef, shared: Shared, source: RunStore, target: RunStore, r
     if "checkpoint" in manifest.outputs:
         paths[manifest.outputs["checkpoint"]] = str(target.layout.checkpoint_dir(round_))
         _link_tree(Path(manifest.outputs["checkpoint"]), target.layout.checkpoint_dir(round_))
-    copy = Manifest(stage.name, target.run, round_, key, manifest.code_version,
-                    started_at=manifest.started_at, seconds=manifest.seconds, forked_from=source.run)
+    copy = Manifest(stage.name, target.run, round_, key, manifest.code_version, started_at=manifest.started_at,
+                    seconds=manifest.seconds, forked_from=source.run, files=manifest.files)
     for name in manifest.artifacts:
         table = _retarget(source.read(round_, stage.name, name), target.run, ids, paths)
         copy.artifacts[name] = target.write(round_, stage.name, name, table)

@@ -43,6 +43,8 @@ from typing import Any
 from coevolve.llm.engine import Completion, SamplingParams
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
+MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+"""Largest reply read from a server (a completion of thousands of tokens with log-probs is far smaller)."""
 TOKEN_PREFIX = "token_id:"
 
 
@@ -58,7 +60,7 @@ class OpenAIEngine:
         base_url: str | Sequence[str],
         model: str,
         *,
-        api_key_env: str | None = "OPENAI_API_KEY",
+        api_key_env: str | None = None,
         tokenizer: Any = None,
         token_ids: bool = True,
         timeout_s: float = 120.0,
@@ -66,6 +68,7 @@ class OpenAIEngine:
         backoff_s: float = 0.5,
         version: str | None = None,
         max_concurrency: int = 32,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         import httpx
 
@@ -82,10 +85,15 @@ class OpenAIEngine:
         """`base_model`: what the servers serve; `model`: what requests name (the base or the live adapter)."""
         self.tokenizer, self.token_ids = tokenizer, token_ids
         self.max_retries, self.backoff_s, self.max_concurrency = max_retries, backoff_s, max_concurrency
+        self.max_response_bytes = max_response_bytes
         self.version = version or f"openai:{model}"
         headers = {"Content-Type": "application/json"}
         key = os.environ.get(api_key_env) if api_key_env else None
         if key:
+            exposed = [url for url in urls if not _safe_for_keys(url)]
+            if exposed:
+                raise ValueError(f"{api_key_env} would be sent in clear text to {exposed[0]}: use https, or a "
+                                 f"loopback address, for a server that needs a key")  # fmt: skip
             headers["Authorization"] = f"Bearer {key}"
         self.urls = [url.rstrip("/") for url in urls]
         self._clients = [httpx.Client(base_url=url + "/", headers=headers, timeout=timeout_s) for url in self.urls]
@@ -260,12 +268,13 @@ class OpenAIEngine:
         import httpx
 
         try:
-            response = self._clients[server].post(path, json=body)
+            with self._clients[server].stream("POST", path, json=body) as response:
+                text = _read_capped(response, self.max_response_bytes, f"{self.urls[server]}/{path}")
         except httpx.TransportError as exc:  # connect errors and timeouts
             return 0, "", f"{type(exc).__name__}: {exc}"
         if response.status_code in RETRY_STATUS:
-            return 0, "", f"HTTP {response.status_code}: {response.text[:200]}"
-        return response.status_code, response.text, None
+            return 0, "", f"HTTP {response.status_code}: {text[:200]}"
+        return response.status_code, text, None
 
     @staticmethod
     def _json(path: str, status: int, text: str) -> dict[str, Any]:
@@ -278,6 +287,25 @@ class OpenAIEngine:
         if not isinstance(data, dict):
             raise OpenAIEngineError(f"{path}: expected a JSON object, got {type(data).__name__}")
         return data
+
+
+def _read_capped(response: Any, limit: int, where: str) -> str:
+    """The body of a streamed response, refusing one over `limit` bytes before reading it whole."""
+    chunks, size = [], 0
+    for chunk in response.iter_bytes():
+        size += len(chunk)
+        if size > limit:
+            raise OpenAIEngineError(f"{where}: the reply is larger than {limit} bytes; refused")
+        chunks.append(chunk)
+    return b"".join(chunks).decode("utf-8", errors="replace")
+
+
+def _safe_for_keys(url: str) -> bool:
+    """https, or plain http to this machine: where a bearer key may go."""
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    return parsed.scheme == "https" or parsed.hostname in {"127.0.0.1", "localhost", "::1"}
 
 
 def _sampling_body(sampling: SamplingParams) -> dict[str, Any]:

@@ -43,16 +43,24 @@ def extract_json(reply: str, expect: type | None = None) -> Any:
         raise JsonReplyError(f"reply too long ({len(reply)} > {MAX_REPLY_CHARS} characters)")
     opener = {dict: "{", list: "["}.get(expect, "{[")  # type: ignore[call-overload]
     decoder = json.JSONDecoder()
+    too_deep = False
     for text in [*_FENCE.findall(reply), reply]:
         starts = [i for i, char in enumerate(text) if char in opener][:MAX_JSON_STARTS]
+        inside = -1  # end of a value refused as too deep: no fragment of it is taken instead
         for start in starts:
+            if start < inside:
+                continue
             try:
-                value, _ = decoder.raw_decode(text, start)
+                value, end = decoder.raw_decode(text, start)
             except (ValueError, RecursionError):
                 continue
-            if (expect is None or isinstance(value, expect)) and _depth(value) <= MAX_JSON_DEPTH:
+            if _depth(value) > MAX_JSON_DEPTH:
+                too_deep, inside = True, end
+            elif expect is None or isinstance(value, expect):
                 return value
     wanted = {dict: "JSON object", list: "JSON array"}.get(expect, "JSON value")  # type: ignore[call-overload]
+    if too_deep:
+        raise JsonReplyError(f"the reply's JSON is nested deeper than {MAX_JSON_DEPTH} levels")
     raise JsonReplyError(f"no {wanted} in the reply")
 
 

@@ -14,11 +14,12 @@ from __future__ import annotations
 import errno
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.stage import Inputs, StageDef
-from coevolve.storage.manifest import Manifest, cache_key
-from coevolve.storage.parquet import ArtifactError, file_sha256
+from coevolve.storage.manifest import FileRef, Manifest, cache_key
+from coevolve.storage.parquet import ArtifactError, file_matches
 
 
 @dataclass(frozen=True)
@@ -34,14 +35,21 @@ def stage_key(stage: StageDef, ctx: RunContext, round_: int) -> str:
 
 
 def is_cached(stage: StageDef, ctx: RunContext, round_: int, key: str) -> Manifest | None:
-    """The stage's manifest if it has this cache key and every artifact file still has the recorded
-    content (sha256); a missing, truncated or edited file means the stage runs again."""
+    """The stage's manifest if it has this cache key and every file it wrote still has the recorded content
+    (sha256; an unchanged size and mtime are trusted): a missing, truncated or edited artifact means the
+    stage runs again, and so does a damaged checkpoint. A checkpoint folder that is gone was pruned on
+    purpose (`train.keep_checkpoints`) and does not count."""
     manifest = ctx.store.manifest(round_, stage.name)
     if manifest is None or manifest.key != key:
         return None
     for name, ref in manifest.artifacts.items():
         path = ctx.store.layout.artifact_path(round_, stage.name, name)
-        if not path.exists() or file_sha256(path) != ref.sha256:
+        if not file_matches(path, ref.sha256, ref.size, ref.mtime_ns):
+            return None
+    for folder, refs in manifest.files.items():
+        directory = ctx.store.layout.run_dir / folder
+        if directory.exists() and not all(file_matches(directory / n, r.sha256, r.size, r.mtime_ns)
+                                          for n, r in refs.items()):  # fmt: skip
             return None
     return manifest
 
@@ -57,6 +65,8 @@ def run_stage(stage: StageDef, ctx: RunContext, round_: int, *, force: bool = Fa
         result = stage.compute(ctx, round_, Inputs(ctx, round_, stage.reads, key))
         for name, rows in result.artifacts.items():
             manifest.artifacts[name] = ctx.store.write(round_, stage.name, name, rows)
+        manifest.files = {str(folder.relative_to(ctx.store.layout.run_dir)): folder_refs(folder)
+                          for folder in result.folders}  # fmt: skip
         manifest.outputs = result.outputs
         ctx.store.write_manifest(manifest.finish())
     except Exception as exc:
@@ -68,6 +78,11 @@ def run_stage(stage: StageDef, ctx: RunContext, round_: int, *, force: bool = Fa
             f"lower train.keep_checkpoints) and run the same command again: completed stages are kept."
         ) from exc
     return StageRecord(manifest, cached=False)
+
+
+def folder_refs(folder: Path) -> dict[str, FileRef]:
+    """The content hash of every file in `folder` (recursively), by path relative to it."""
+    return {str(p.relative_to(folder)): FileRef.of(p) for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 class DiskFullError(ArtifactError):

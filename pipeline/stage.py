@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
@@ -207,6 +208,9 @@ class When:
 class StageResult:
     artifacts: dict[str, list[dict[str, Any]] | pa.Table]
     outputs: dict[str, Any] = field(default_factory=dict)
+    folders: tuple[Path, ...] = ()
+    """Folders the stage wrote besides its artifacts (a checkpoint): their files' hashes go into the
+    manifest and are checked like artifacts."""
 
 
 class Inputs(Mapping[str, Any]):

@@ -5,9 +5,12 @@ Layout of a checkpoint directory:
     config.json, model.safetensors (or adapter_config.json + adapter_model.safetensors for peft),
     tokenizer files, optimizer.pt (optional), coevolve_checkpoint.json (completion marker, last)
 
-Everything is written into ``<name>.tmp-<pid>`` next to the target and renamed into place, so a
-reader never sees a half-written checkpoint under its final name. An existing checkpoint of the same
-name is first renamed aside and deleted only after the new one is in place.
+Everything is written into ``<name>.tmp-<pid>`` next to the target, every file and the directory
+fsynced, and renamed into place, so a reader never sees a half-written checkpoint under its final name
+and a power loss cannot leave a renamed but empty one. An existing checkpoint of the same name is first
+renamed aside and deleted only after the new one is in place. Leftovers of a writer killed half-way
+(``*.tmp-<pid>``, ``*.old-<pid>``) are removed by `remove_leftovers` before the next write.
+A file that does not load (truncated, edited) raises `CorruptCheckpointError` naming it.
 
 `load_weights` loads a checkpoint's weights into a model of the same architecture (the whole model, or
 a peft adapter's weights into a model carrying that adapter). The `grpo_update` stage writes one
@@ -37,17 +40,47 @@ def _is_peft(model: nn.Module) -> bool:
     return isinstance(model, PeftModel)
 
 
+class CorruptCheckpointError(RuntimeError):
+    """A checkpoint file that does not load; the message names it."""
+
+
+def _fsync_tree(directory: Path) -> None:
+    for path in sorted(directory.rglob("*")):
+        if path.is_file():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+    _fsync_dir(directory)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _replace_dir(tmp: Path, directory: Path) -> None:
     """Move ``tmp`` to ``directory``, replacing an existing directory without a half-state."""
-    if not directory.exists():
+    if directory.exists():
+        old = directory.with_name(f"{directory.name}.old-{os.getpid()}")
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(directory, old)
         os.replace(tmp, directory)
-        return
-    old = directory.with_name(f"{directory.name}.old-{os.getpid()}")
-    if old.exists():
         shutil.rmtree(old)
-    os.replace(directory, old)
-    os.replace(tmp, directory)
-    shutil.rmtree(old)
+    else:
+        os.replace(tmp, directory)
+    _fsync_dir(directory.parent)
+
+
+def remove_leftovers(parent: Path) -> list[Path]:
+    """Delete what killed writers left in a checkpoints folder (``*.tmp-<pid>``, ``*.old-<pid>``); call it
+    only while no other process writes there (the run's lock). Returns what was removed."""
+    stale = [p for p in Path(parent).glob("*") if p.is_dir() and (".tmp-" in p.name or ".old-" in p.name)]
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return stale
 
 
 def save_checkpoint(
@@ -75,6 +108,7 @@ def save_checkpoint(
             torch.save(optimizer.state_dict() if state is None else state[1], tmp / OPTIMIZER_FILE)
         marker = {"kind": "adapter" if _is_peft(model) else "full", "optimizer": optimizer is not None}
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        _fsync_tree(tmp)
         _replace_dir(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -99,7 +133,10 @@ def load_weights(model: nn.Module, directory: Path, *, lora: bool) -> None:
     _read_marker(directory)
     state: dict[str, Any] = {}
     for file in sorted(Path(directory).glob("*.safetensors")):
-        state.update(load_file(str(file)))
+        try:
+            state.update(load_file(str(file)))
+        except Exception as exc:  # safetensors raises its own error types
+            raise CorruptCheckpointError(f"checkpoint file {file} does not load ({exc})") from exc
     if lora:
         from peft import set_peft_model_state_dict
 
@@ -117,7 +154,10 @@ def read_optimizer_state(directory: Path) -> dict[str, Any]:
     path = Path(directory) / OPTIMIZER_FILE
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint directory {directory} has no {OPTIMIZER_FILE}")
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a truncated zip archive, a pickle error...
+        raise CorruptCheckpointError(f"checkpoint file {path} does not load ({exc})") from exc
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, directory: Path) -> None:

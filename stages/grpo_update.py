@@ -28,11 +28,13 @@ if TYPE_CHECKING:
 
 def update_policy(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
     from coevolve.rl.batch import samples_batch
+    from coevolve.rl.checkpoint import remove_leftovers
 
     policy = inputs["policy"]
     base = policy.version
     version = f"r{round_}-{inputs.key[:12]}"
     checkpoint = ctx.store.layout.checkpoint_dir(round_)
+    remove_leftovers(checkpoint.parent)  # of a writer killed half-way (the run's lock is held)
     started = time.perf_counter()
     if ctx.config.train.accelerate_config:
         metrics = _launched_update(ctx, round_, checkpoint)
@@ -51,7 +53,7 @@ def update_policy(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
     }
     outputs = {"policy_version": version, "checkpoint": str(checkpoint), **{k: row[k] for k in (
         "loss", "kl", "grad_norm", "tokens", "groups_with_signal", "seconds")}}
-    return StageResult({"updates": [row]}, outputs)
+    return StageResult({"updates": [row]}, outputs, folders=(checkpoint,))
 
 
 def _in_process_update(ctx: RunContext, round_: int, policy: PolicyModel, batch: Any,

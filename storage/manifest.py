@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.core import content_hash
-from coevolve.storage.parquet import ArtifactError, write_text_atomic
+from coevolve.storage.parquet import ArtifactError, file_sha256, write_text_atomic
 
 
 def cache_key(stage: str, code_version: int, config: Any, inputs: dict[str, str]) -> str:
@@ -36,6 +36,23 @@ class ArtifactRef:
     rows: int
     sha256: str
     schema_version: int
+    size: int = -1
+    mtime_ns: int = -1
+    """Size and modification time when written: an unchanged stat spares re-hashing the file."""
+
+
+@dataclass(frozen=True)
+class FileRef:
+    """A file a stage wrote besides its artifacts (a checkpoint's weights): its content hash and stat."""
+
+    sha256: str
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, path: Path) -> FileRef:
+        stat = path.stat()
+        return cls(file_sha256(path), stat.st_size, stat.st_mtime_ns)
 
 
 @dataclass
@@ -52,6 +69,9 @@ class Manifest:
     seconds: float = 0.0
     forked_from: str | None = None
     """The run this stage run was copied from (`flows.fork`), or None when computed here."""
+    files: dict[str, dict[str, FileRef]] = field(default_factory=dict)
+    """Other files the stage wrote, by folder (relative to the run's folder, e.g. `checkpoints/round=3`):
+    file name -> content hash. A folder pruned on purpose (`train.keep_checkpoints`) is absent."""
 
     def write(self, path: Path) -> None:
         write_text_atomic(json.dumps(asdict(self), indent=2, sort_keys=True), path)
@@ -62,6 +82,7 @@ class Manifest:
         try:
             data = json.loads(path.read_text())
             data["artifacts"] = {k: ArtifactRef(**v) for k, v in data.get("artifacts", {}).items()}
+            data["files"] = {d: {n: FileRef(**r) for n, r in refs.items()} for d, refs in data.get("files", {}).items()}
             return cls(**data)
         except (OSError, ValueError, TypeError):
             return None

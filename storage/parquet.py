@@ -74,3 +74,15 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def file_matches(path: Path, sha256: str, size: int = -1, mtime_ns: int = -1) -> bool:
+    """Whether `path` still holds the content it was recorded with: an unchanged size and modification
+    time are trusted, anything else is decided by its sha256."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return False
+    if size >= 0 and stat.st_size == size and stat.st_mtime_ns == mtime_ns:
+        return True
+    return file_sha256(path) == sha256

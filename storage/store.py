@@ -45,7 +45,9 @@ class RunStore:
             table = to_table([{**row, "run": self.run, "round": round_} for row in rows], schema)
         path = self.layout.artifact_path(round_, stage, artifact)
         sha = write_table(table, path)
-        return ArtifactRef(artifact, str(path), table.num_rows, sha, schema_version(schema))
+        stat = path.stat()
+        return ArtifactRef(artifact, str(path), table.num_rows, sha, schema_version(schema), stat.st_size,
+                           stat.st_mtime_ns)
 
     def manifest(self, round_: int, stage: str) -> Manifest | None:
         return Manifest.read(self.layout.manifest_path(round_, stage))

@@ -37,6 +37,9 @@ class ModelConfig(Section):
     update's adapter is hot-loaded on every server (the servers must be able to read the run's directory)."""
     served_name: str | None = None
     """The name the servers serve the base model under (default: `name`)."""
+    api_key_env: str | None = None
+    """Environment variable holding a bearer key for `servers` (unset: no key is sent). A key only ever goes
+    over https or to a loopback address."""
 
     @field_validator("dtype")
     @classmethod
