@@ -17,7 +17,6 @@ def _flow_run(state):
 def test_stages_are_named_tagged_tasks_and_a_rerun_shows_cached_states(tmp_path, monkeypatch, prefect_api):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, LogFilter, LogFilterFlowRunId
-
     from prefect.logging.handlers import APILogHandler
 
     from coevolve.flows.coevolve import coevolve

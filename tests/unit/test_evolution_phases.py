@@ -27,7 +27,7 @@ from coevolve.evolution.abstraction import (
     repair_answers,
     single_call_groups,
 )
-from coevolve.evolution.checks import candidate_task
+from coevolve.evolution.candidates import candidate_task
 from coevolve.evolution.exploration import Target, exploration_artifacts, explore, select_signals
 from coevolve.evolution.merging import admitted_tasks, merge_dataset, solved_shares
 from coevolve.evolution.prompts import abstract_prefix
@@ -547,7 +547,7 @@ def verified(tokenizer, world):
         ),
         candidate(bank, "ignored", [], [], "unparsable", status="unparsable"),
     ]
-    known, half_known = candidate_task(rows[0]), [candidate_task({**r, "answers": "[]"}) for r in rows[1:3]]
+    known, half_known = candidate_task(make_env(), rows[0]), [candidate_task(make_env(), {**r, "answers": "[]"}) for r in rows[1:3]]
     policy = SimpleNamespace(engine=OracleEngine(tokenizer, [known, *half_known]), version="policy-v1")
     from coevolve.llm.chat import ChatFormat
 
@@ -629,7 +629,7 @@ def test_a_discarded_candidate_hands_over_to_its_sibling_duplicates(tokenizer, w
         duplicate(f"Send 9 from {acc_b} to {acc_a}.", listing, "also-mismatched", "listing"),  # another reply's
         duplicate(f"Balance of {acc_a}?", read, "of-dataset", bank.id),
     ]
-    known = candidate_task({**rows[2], "answers": json.dumps([f"{a['balance']:.2f}"])})
+    known = candidate_task(make_env(), {**rows[2], "answers": json.dumps([f"{a['balance']:.2f}"])})
     policy = SimpleNamespace(engine=OracleEngine(tokenizer, [known]), version="p", chat=ChatFormat(tokenizer))
     out = verify_candidates(policy, make_env, rows, [], {}, VerifySettings(attempts=1), run="t", round_=0)
     verdicts = {v["candidate_id"]: v for v in out["verifications"]}
@@ -750,7 +750,7 @@ def test_a_query_may_ask_for_an_action(query, action):
 
 
 def test_tool_world_reference_tasks_ask_for_an_action_exactly_when_their_solution_changes_the_state():
-    from coevolve.evolution.checks import replay_solution
+    from coevolve.evolution.candidates import replay_solution
     from coevolve.evolution.queries import asks_for_information, requested_action
 
     tasks = [t for split in ("train", "test", "heldout-templates") for t in make_env().tasks(split)]

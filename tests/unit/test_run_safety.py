@@ -21,10 +21,10 @@ from tests.conftest import CONFIGS
 
 def test_a_second_writer_is_told_who_holds_the_run(tmp_path):
     layout = RunLayout(tmp_path, "demo")
-    with run_lock(layout, "coevolve run configs/demo.yaml"):
-        with pytest.raises(RunLockedError, match=rf"process {os.getpid()} .*coevolve run configs/demo.yaml.*since"):
-            with run_lock(layout, "coevolve stage rollout"):
-                pass
+    holder = rf"process {os.getpid()} .*coevolve run configs/demo.yaml.*since"
+    with run_lock(layout, "coevolve run configs/demo.yaml"), pytest.raises(RunLockedError, match=holder), \
+            run_lock(layout, "coevolve stage rollout"):
+        pass
     with run_lock(layout, "coevolve stage rollout"):  # released with the first holder
         pass
 

@@ -1,0 +1,104 @@
+"""Imports flow one way, with no cycle, and no product module grows past the size budget.
+
+Layers, lowest first (a module imports only from its own package or a lower layer):
+
+    0  coevolve.core, coevolve.config         shared ids and types, the run config
+    1  storage, envs, llm, rl                 (envs may use llm's tool-call parser)
+    2  agents                                 policy, teacher, episode loop, ledger rows
+    3  executors, evolution                   where work runs; the evolution phases' logic
+    4  pipeline                               stage contract, run context, runner
+    5  stages                                 one module per stage
+    6  flows                                  the Prefect flow and the CLI
+    7  benchmarks
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LAYERS = {
+    "coevolve.core": 0, "coevolve.config": 0,
+    "coevolve.storage": 1, "coevolve.envs": 1, "coevolve.llm": 1, "coevolve.rl": 1,
+    "coevolve.agents": 2,
+    "coevolve.executors": 3, "coevolve.evolution": 3,
+    "coevolve.pipeline": 4,
+    "coevolve.stages": 5,
+    "coevolve.flows": 6,
+    "coevolve.benchmarks": 7,
+}
+SIDEWAYS = {("coevolve.envs", "coevolve.llm")}
+"""Same-layer imports that are allowed: environments parse replies with llm's tool-call parser."""
+FOLDERS = {"coevolve": "coevolve", "agents": "coevolve.agents", "benchmarks": "coevolve.benchmarks",
+           "envs": "coevolve.envs", "evolution": "coevolve.evolution", "executors": "coevolve.executors",
+           "flows": "coevolve.flows", "llm": "coevolve.llm", "pipeline": "coevolve.pipeline", "rl": "coevolve.rl",
+           "stages": "coevolve.stages", "storage": "coevolve.storage"}  # fmt: skip
+MAX_LINES = 400
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for folder, package in FOLDERS.items():
+        for path in (REPO / folder).rglob("*.py"):
+            parts = path.relative_to(REPO / folder).with_suffix("").parts
+            name = ".".join([package, *parts]).removesuffix(".__init__")
+            found[name] = path
+    return found
+
+
+def imports(path: Path) -> set[str]:
+    """Every coevolve module `path` imports, at module level or inside functions."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+    return {name for name in out if name.startswith("coevolve")}
+
+
+def layer_of(module: str) -> tuple[str, int]:
+    for package, layer in sorted(LAYERS.items(), key=lambda item: -len(item[0])):
+        if module == package or module.startswith(package + "."):
+            return package, layer
+    return "coevolve", 0
+
+
+def test_imports_flow_one_way():
+    wrong = []
+    for name, path in modules().items():
+        package, layer = layer_of(name)
+        for target in imports(path):
+            if target not in modules() and target not in LAYERS:
+                continue  # `from package import name` of a function: the module edge is counted too
+            other, other_layer = layer_of(target)
+            if other != package and other_layer >= layer and (package, other) not in SIDEWAYS:
+                wrong.append(f"{name} (layer {layer}) imports {target} (layer {other_layer})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycle():
+    known = modules()
+    graph = {name: {t for t in imports(path) if t in known and t != name} for name, path in known.items()}
+    state: dict[str, int] = {}
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                pytest.fail("import cycle: " + " -> ".join([*stack[stack.index(nxt):], nxt]))
+            if nxt not in state:
+                visit(nxt, [*stack, nxt])
+        state[node] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+
+
+def test_no_product_module_is_over_the_size_budget():
+    too_long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not too_long, f"modules over {MAX_LINES} lines: {too_long}"
