@@ -45,6 +45,16 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
+def _run_layout(root: Path | None, run: str):
+    """The run's folder under the storage root; a name that cannot be one is one line, not a traceback."""
+    from coevolve.storage.layout import RunLayout
+
+    try:
+        return RunLayout(_root(root), run)
+    except ValueError as exc:
+        _fail(str(exc))
+
+
 def _root(root: Path | None) -> Path:
     from coevolve.storage.layout import storage_root
 
@@ -169,9 +179,8 @@ def stage(
     config sections it touches recompute when they next run."""
     from coevolve.flows.runs import check_round
     from coevolve.stages import get_stage
-    from coevolve.storage.layout import RunLayout
 
-    layout = RunLayout(_root(root), run_name)
+    layout = _run_layout(root, run_name)
     if not layout.config_path.exists():
         _fail(f"no run '{run_name}' under {layout.root} ({layout.config_path} missing). List runs with "
               f"`coevolve runs`, or start this one with `coevolve run CONFIG --run {run_name}`.")
@@ -223,10 +232,9 @@ def update_worker(
 ) -> None:
     """Join a run's grpo updates from another machine (accelerate config with num_machines > 1)."""
     from coevolve.executors.accelerate_update import serve_machine
-    from coevolve.storage.layout import RunLayout
 
     try:
-        serve_machine(RunLayout(_root(root), run_name).run_dir, machine_rank, jobs=jobs,
+        serve_machine(_run_layout(root, run_name).run_dir, machine_rank, jobs=jobs,
                       report=lambda line: typer.echo(line, err=True))  # fmt: skip
     except ValueError as exc:
         _fail(str(exc))
@@ -247,9 +255,8 @@ def fork(
     `coevolve fork grpo-s0 coevolve-s0 --set evolve.every=1` shares round 0's rollout, update and evals."""
     from coevolve.config import load_config
     from coevolve.flows.fork import fork_run
-    from coevolve.storage.layout import RunLayout
 
-    base = config or RunLayout(_root(root), source).config_path
+    base = config or _run_layout(root, source).config_path
     try:
         if not base.exists():
             _fail(f"no run '{source}' under {_root(root)} ({base} missing). List runs with `coevolve runs`.")

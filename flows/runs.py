@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from coevolve.config import CoevolveConfig, load_config
+from coevolve.flows.validate import check_run_config
 from coevolve.pipeline.context import RunContext
 from coevolve.stages import round_plan
 from coevolve.storage.layout import RunLayout, storage_root
@@ -68,20 +69,30 @@ def resolve_run(
     if config is None:
         if not run:
             raise RunError("give a config file or the name of an existing run (`--run NAME`); see `coevolve runs`")
-        layout = RunLayout(storage_root(), run)
+        layout = _layout(storage_root(), run, "--run")
         if not layout.config_path.exists():
             raise RunError(
                 f"no run '{run}' under {layout.root} ({layout.config_path} missing). Start it from a config: "
                 f"`coevolve run configs/toolworld-smollm2.yaml --run {run}`; list runs with `coevolve runs`."
             )
         cfg = load_config(layout.config_path, overrides)
+        check_run_config(cfg)
         return cfg, run, layout.root
     cfg = load_config(config, overrides)
+    check_run_config(cfg)
     name = run or cfg.run.name
-    layout = RunLayout(storage_root(configured=cfg.storage.root), name)
+    layout = _layout(storage_root(configured=cfg.storage.root), name, "--run" if run else "run.name")
     if not force:
         check_compatible(layout, cfg, config_source=str(config))
     return cfg, name, layout.root
+
+
+def _layout(root: Path, run: str, field: str) -> RunLayout:
+    """The run's folder; a run name that cannot be one is a `RunError` naming where it came from."""
+    try:
+        return RunLayout(root, run)
+    except ValueError as exc:
+        raise RunError(f"{field}: {exc}") from None
 
 
 def completed_rounds(ctx: RunContext) -> int:

@@ -1,0 +1,54 @@
+"""What a run config names must exist: checked before Prefect starts or a model loads.
+
+A config can be valid YAML with valid types and still name a model directory that is not there, an
+environment that is not installed, an option its constructor does not take, or a split it does not
+have. Each becomes one `ConfigError` line naming the field and what it may be, instead of a traceback
+from deep inside a stage.
+
+    check_run_config(cfg)      # ConfigError("eval.splits: toolworld has no split 'tset'; its splits: ...")
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+from coevolve import envs
+from coevolve.config import CoevolveConfig, ConfigError
+
+
+def check_run_config(config: CoevolveConfig) -> None:
+    """Raise `ConfigError` naming the first field whose model, environment, option or split does not exist."""
+    check_model("model.name", config.model.name)
+    if config.teacher.type == "local":
+        check_model("teacher.model", config.teacher.model)
+    env = check_environment(config.env.name, config.env.options)
+    splits = env.splits()
+    named = [("eval.splits", s) for s in config.eval.splits]
+    named += [(f"dataset.{f}", getattr(config.dataset, f)) for f in ("seed_split", "bootstrap_split")]
+    for field, split in named:
+        if split is not None and split not in splits:
+            raise ConfigError(f"{field}: {config.env.name} has no split {split!r}; its splits: {', '.join(splits)}")
+
+
+def check_model(field: str, name: str) -> None:
+    from coevolve.llm.models import builtin_models
+
+    if name in builtin_models() or Path(name).expanduser().is_dir():
+        return
+    if name.startswith(("/", ".", "~")) or name.count("/") != 1:  # a path, or no `org/name` hub id
+        raise ConfigError(f"{field}: {name!r} is neither a model directory nor a built-in model "
+                          f"({', '.join(builtin_models())}) nor a hub id (org/name)")  # fmt: skip
+
+
+def check_environment(name: str, options: dict) -> envs.Environment:
+    if name not in envs.available():
+        raise ConfigError(f"env.name: unknown environment {name!r}; available: {', '.join(envs.available())}")
+    accepted = list(inspect.signature(envs.environment_class(name)).parameters)
+    unknown = sorted(set(options) - set(accepted))
+    if unknown:
+        raise ConfigError(f"env.options: {name} takes no option {unknown[0]!r}; its options: {', '.join(accepted)}")
+    try:
+        return envs.make(name, **options)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"env.options: {exc}") from None
