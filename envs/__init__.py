@@ -1,4 +1,4 @@
-"""Environments: the protocol (`envs.base`) and a registry to build them by name.
+"""Environments: the interface (`envs.base.Environment`) and a registry to build them by name.
 
     import envs
     env = envs.make("toolworld", seed=0)
@@ -16,7 +16,7 @@ from typing import Any
 from coevolve.envs.base import Action, Environment, Evaluation, Observation, StepResult, Task
 
 __all__ = ["Action", "Environment", "Evaluation", "Observation", "StepResult", "Task",
-           "available", "make"]
+           "available", "environment_class", "make"]
 
 _REGISTRY: dict[str, str] = {
     "toolworld": "coevolve.envs.toolworld.env:ToolWorldEnv",
@@ -30,10 +30,14 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def make(name: str, **options: Any) -> Environment:
-    """Build a fresh environment instance; options are the environment's own constructor arguments."""
+def environment_class(name: str) -> type[Environment]:
+    """The class registered under `name` (imported on first use)."""
     if name not in _REGISTRY:
         raise ValueError(f"unknown environment {name!r}; available: {', '.join(available())}")
     module_name, _, class_name = _REGISTRY[name].partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
-    return cls(**options)
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def make(name: str, **options: Any) -> Environment:
+    """Build a fresh environment instance; options are the environment's own constructor arguments."""
+    return environment_class(name)(**options)
