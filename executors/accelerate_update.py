@@ -45,6 +45,7 @@ from typing import Any
 import yaml
 
 from coevolve.config import CoevolveConfig
+from coevolve.executors.processes import die_with_parent
 from coevolve.storage.parquet import write_text_atomic
 
 JOB_FILE = "job.json"
@@ -80,8 +81,8 @@ def launch_update(
     }  # fmt: skip
     write_text_atomic(json.dumps(job, indent=2) + "\n", job_dir / JOB_FILE)  # workers poll for it
     with open(job_dir / LOG_FILE, "w") as log:
-        code = subprocess.run(_launch_command(job_dir / JOB_FILE, launcher), stdout=log,
-                              stderr=subprocess.STDOUT).returncode  # fmt: skip
+        code = subprocess.run(_launch_command(job_dir / JOB_FILE, launcher), stdout=log, stderr=subprocess.STDOUT,
+                              preexec_fn=die_with_parent).returncode  # ends with the flow, even on kill -9
     metrics = job_dir / METRICS_FILE
     if code or not metrics.is_file():
         (job_dir / JOB_FILE).unlink(missing_ok=True)  # no worker joins a failed launch; a rerun writes a new one

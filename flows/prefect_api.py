@@ -18,7 +18,6 @@ Prefect's ephemeral mode, but owned by this process:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import socket
@@ -27,6 +26,8 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+
+from coevolve.executors.processes import die_with_parent
 
 STARTUP_TIMEOUT_S = float(os.environ.get("COEVOLVE_PREFECT_STARTUP_S", "120"))
 SERVER_COMMAND = "PREFECT_SERVER_ANALYTICS_ENABLED=false prefect server start --host 127.0.0.1 --port 4200"
@@ -84,7 +85,7 @@ def _start_temporary_server(timeout_s: float) -> tuple[subprocess.Popen, str]:
                "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
                "--log-level", "error", "--lifespan", "on"]  # fmt: skip
     server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              preexec_fn=_die_with_parent, start_new_session=True)  # fmt: skip
+                              preexec_fn=die_with_parent, start_new_session=True)  # fmt: skip
     url = f"http://127.0.0.1:{port}/api"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -99,13 +100,6 @@ def _start_temporary_server(timeout_s: float) -> tuple[subprocess.Popen, str]:
         f"the temporary Prefect server did not answer within {timeout_s:.0f} s{f' ({detail})' if detail else ''}. "
         f"On a busy machine, raise COEVOLVE_PREFECT_STARTUP_S, or start a server once with `{SERVER_COMMAND}` and "
         f"set PREFECT_API_URL=http://127.0.0.1:4200/api.")  # fmt: skip
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: receive SIGTERM when the parent dies (Linux), and ignore Ctrl-C (the parent
-    stops it)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _stop(server: subprocess.Popen) -> None:
