@@ -79,7 +79,8 @@ class Exploration:
 def select_signals(signals: list[dict], kinds: tuple[str, ...], limit: int) -> list[dict]:
     """At most `limit` signals, one per task: kinds in `kinds` order, then newest round, then task id and
     the trajectory's sample index (`sample`, when the rows carry it), then id. Ids hash the run's name, so
-    ranking by them alone let runs of one seed (the benchmark's arms) explore different trajectories."""
+    ranking by them alone would let two runs of one seed (two arms of an experiment) explore different
+    trajectories."""
     order = {kind: i for i, kind in enumerate(kinds)}
     ranked = sorted(
         (s for s in signals if s["kind"] in order),

@@ -21,8 +21,8 @@ ABSTRACT_PREFIX = '[{"solution": ['
 
 def abstract_prefix(calls: Sequence[dict], *, by_effect: bool = False) -> str:
     """The abstraction reply's start for a group of observed `calls`. One call has one valid solution,
-    `[0]`, so it is written for the teacher (a small one wrote `[0, 1, 2]` for most one-call groups);
-    more calls leave the choice to it. `by_effect`: a one-call reply is started by what the call did
+    `[0]`, so it is written for the teacher (a small one may list calls that are not there); more
+    calls leave the choice to it. `by_effect`: a one-call reply is started by what the call did
     (its `changed`) too: a read-only call's task asks for what the call read, so its answers are opened
     (`"answers": ["`); a state change's task is an instruction, so it has none and the query comes next."""
     if len(calls) != 1:

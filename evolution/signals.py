@@ -18,7 +18,7 @@ Output: one row per (kind, marked trajectory), with a JSON `evidence` payload an
 The trajectories passed in should be one source (the GRPO rollouts); mixing eval rollouts into the same
 (task, round) would change the scores.
 
-    from stages.signals import extract_signals
+    from coevolve.evolution.signals import extract_signals
     signals = extract_signals(trajectories, steps, round=12)
 
 Everything is vectorised Polars; DuckDB computes the sha256 behind `signal_id`.

@@ -1,6 +1,6 @@
 """Build (once) a warm-started copy of a config's policy: `rl.warm_start` on fresh training-family tasks.
 
-    from stages.warm_start import warm_start_checkpoint
+    from coevolve.evolution.warm_start import warm_start_checkpoint
     path = warm_start_checkpoint(config, WarmStart(tasks=48), root / "warm-start")
     # then run with model.name=<path>
 
@@ -11,8 +11,8 @@ hash of (model, environment, settings) and holds the weights, the tokenizer and 
 settings, task ids and losses); an existing complete one is reused.
 
 With `settings.teacher` the same tasks also give one abstraction example each (`abstraction_sample`): the
-in-process teacher is the policy, and SmolLM2 answers the abstraction prompt by copying its example
-(benchmarks/RESULTS.md), so it learns the reply from tasks whose answer is known.
+in-process teacher is the policy, and a small model answers the abstraction prompt by copying the
+example it is shown, so it is taught the reply on tasks whose answer is known.
 """
 
 from __future__ import annotations
@@ -112,8 +112,8 @@ def reflection_sample(env: Environment, chat: ChatFormat, task: Task, *,
 
     The attempt is the reference calls without the last one (nothing, for a one-call solution), marked by
     a boundary signal; the reply names the reference's tools, diagnoses the missing call and plans the
-    calls in order. A teacher trained on abstraction examples alone forgets this reply's format (its
-    reflections stop parsing, so it explores nothing: benchmarks/RESULTS.md)."""
+    calls in order. Trained on abstraction examples alone, a teacher can lose this reply's format: its
+    reflections stop parsing, and it explores nothing."""
     rng = rng or random.Random(0)
     tools = env.reset(task).tools
     reference = [call for turn in task.solution or [] for call in turn]
@@ -205,7 +205,7 @@ def exploration_sample(env: Environment, chat: ChatFormat, task: Task, *,
     example plans (`reference_context`), acted out: the reference solution for the task's own turns, then
     in the follow-up turn a listing and a reference call with another value it shows (`explored_variant`).
     Ids and loss mask like `agents.reference.reference_sample`. A teacher that only learned to solve tasks
-    repeats the task's own calls in the follow-up, or names values nothing showed (benchmarks/RESULTS.md).
+    tends to repeat the task's own calls in the follow-up, or to name values nothing showed.
     None when the task has no such variant."""
     variant = explored_variant(env, task, rng or random.Random(0))
     if variant is None:
