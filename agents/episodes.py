@@ -11,7 +11,6 @@ Used by rollout (K samples per task), evaluate (greedy, one per task) and, later
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import json
 import traceback
@@ -103,7 +102,7 @@ def _start(task: Task, sample: int, make_env: Callable[[], Environment], chat: C
     ep = Episode(task=task, sample=sample, env=make_env())
     try:
         obs = ep.env.reset(task, seed=seed + sample)
-        demos = list(getattr(ep.env, "demonstrations", list)())
+        demos = ep.env.demonstrations()
         ep.append(chat.prompt_ids(obs.messages, tools=obs.tools, demonstrations=demos), policy=False)
         ep.messages = list(obs.messages)
         ep.prompt_tokens = len(ep.input_ids)
@@ -113,13 +112,11 @@ def _start(task: Task, sample: int, make_env: Callable[[], Environment], chat: C
 
 
 def _step_all(envs: list[Environment], replies: list[str]) -> list[StepResult | Exception]:
-    """Step every live episode with its reply. Environments that can start a step without waiting for it
-    (`submit_step`: Ray actors, `envs.ray_workers`) all start before the first result is awaited; others
-    step one after the other. A step's exception is returned in its place."""
-    pending = [
-        env.submit_step(reply) if hasattr(env, "submit_step") else functools.partial(env.step, reply)
-        for env, reply in zip(envs, replies, strict=True)
-    ]
+    """Step every live episode with its reply. Every step is submitted (`Environment.submit_step`) before
+    the first result is awaited, so environments that step elsewhere (Ray actors, `executors.ray_envs`)
+    step in parallel; in-process ones step one after the other. A step's exception is returned in its
+    place."""
+    pending = [env.submit_step(reply) for env, reply in zip(envs, replies, strict=True)]
     results: list[StepResult | Exception] = []
     for wait in pending:
         try:

@@ -23,8 +23,7 @@ from coevolve.rl.warm_start import as_batch
 def reference_sample(env: Environment, chat: ChatFormat, task: Task) -> tuple[list[int], list[int]]:
     """Token ids and loss mask of `task`'s reference solution played through `env` as the agent."""
     obs = env.reset(task)
-    demos = list(getattr(env, "demonstrations", list)())
-    ids = chat.prompt_ids(obs.messages, tools=obs.tools, demonstrations=demos)
+    ids = chat.prompt_ids(obs.messages, tools=obs.tools, demonstrations=env.demonstrations())
     mask = [0] * len(ids)
     solution = task.solution or []
     for turn in range(len(task.turns)):

@@ -1,6 +1,6 @@
 """Environments: the interface (`envs.base.Environment`) and a registry to build them by name.
 
-    import envs
+    from coevolve import envs
     env = envs.make("toolworld", seed=0)
     task = env.tasks("train")[0]
     obs = env.reset(task, seed=0)

@@ -1,4 +1,4 @@
-"""The environment protocol every CoEvolve environment implements.
+"""The environment interface every CoEvolve environment implements.
 
 An environment owns the state of one episode at a time: `reset(task)` starts it, `step(action)` feeds it
 the agent's reply (raw text, parsed by the environment, or a list of already-parsed tool calls),
@@ -6,14 +6,21 @@ the agent's reply (raw text, parsed by the environment, or a list of already-par
 instance per concurrent episode through `envs.make(name, **options)`, so no state is shared between
 episodes and nothing lives in module globals.
 
+`Environment` is a base class: six required methods, and four with a documented default that an
+environment overrides where it can do better (`state_digest`, `demonstrations`, `submit_step`,
+`derive_checker`). Callers call them all directly; none is probed for.
+
 Tasks are plain data (`Task`), identified by a content hash, so the same task generated twice has the same
 id and re-running a stage produces the same rows.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import Any, Literal, Protocol, runtime_checkable
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -123,23 +130,72 @@ class Evaluation(BaseModel):
         return self.reward if self.progress is None else self.progress
 
 
-@runtime_checkable
-class Environment(Protocol):
+class Environment(ABC):
     """One episode at a time of a tool-use environment."""
 
     name: str
+    """The name `envs.make` knows the environment by (a class attribute)."""
 
-    def splits(self) -> list[str]: ...
+    @abstractmethod
+    def splits(self) -> list[str]:
+        """Names of the task splits `tasks` accepts."""
 
-    def tasks(self, split: str) -> list[Task]: ...
+    @abstractmethod
+    def tasks(self, split: str) -> list[Task]:
+        """The tasks of `split` (ValueError for an unknown split)."""
 
-    def reset(self, task: Task, *, seed: int = 0) -> Observation: ...
+    @abstractmethod
+    def reset(self, task: Task, *, seed: int = 0) -> Observation:
+        """Start an episode of `task`, dropping any episode in progress."""
 
-    def step(self, action: Action) -> StepResult: ...
+    @abstractmethod
+    def step(self, action: Action) -> StepResult:
+        """Feed the agent's reply to the episode; content the environment cannot run is an error message,
+        never an exception."""
 
-    def evaluate(self) -> Evaluation: ...
+    @abstractmethod
+    def evaluate(self) -> Evaluation:
+        """Score the episode so far."""
 
-    def close(self) -> None: ...
+    @abstractmethod
+    def close(self) -> None:
+        """Free the episode's resources; the instance may `reset` again."""
+
+    def submit_step(self, action: Action) -> Callable[[], StepResult]:
+        """Start `step(action)`; the returned function waits for its result. The agent loop submits every
+        live episode's step before waiting for any, so environments that step elsewhere (Ray actors,
+        `executors.ray_envs`) step in parallel. By default the step runs, in this process, when the
+        returned function is called."""
+        return functools.partial(self.step, action)
+
+    def state_digest(self) -> str | None:
+        """A content hash of the episode's current state: equal digests, equal states. Triples and
+        verification compare the digests before and after calls to tell a read-only call from one that
+        acts. None (the default): the environment cannot tell, and nothing is concluded from it."""
+        return None
+
+    def demonstrations(self) -> list[dict[str, str]]:
+        """Example chat messages shown to the agent ahead of the conversation (prompt tokens, no loss),
+        e.g. exchanges in the tool-call format. By default there are none."""
+        return []
+
+    def derive_checker(
+        self,
+        initial_state: dict[str, Any],
+        turns: Sequence[str],
+        solution: Sequence[Sequence[ToolCall]],
+        answers: Sequence[Sequence[str]],
+        *,
+        strict: bool = True,
+    ) -> dict[str, Any]:
+        """The checker spec (`Task.checker`) of a synthesized task: its initial state, user turns,
+        reference solution (calls per turn) and required answer values (per turn). Raises ValueError when
+        the solution fails (a call that does not run, an answer no result shows); with `strict=False`
+        (the no-verification ablation) it never refuses and derives what it can. By default the
+        environment derives no checker, so its synthesized tasks cannot be verified (ValueError)."""
+        raise ValueError(
+            f"no verifiable checker for environment {self.name!r}: it derives none from a solution"
+        )
 
 
 def as_tool_calls(action: list[ToolCall] | list[dict[str, Any]]) -> list[ToolCall]:

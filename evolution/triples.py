@@ -24,26 +24,21 @@ def group_id(exploration_id: str) -> str:
     return content_hash([exploration_id, "group"])
 
 
-def _digest(env: Environment) -> str | None:
-    digest = getattr(env, "state_digest", None)
-    return digest() if digest is not None else None
-
-
 def _replay_reply(env: Environment, reply: list[dict], live: bool) -> tuple[list[tuple], bool]:
     """Replay one reply; returns ((before, after) per call) and whether the replay still executes calls."""
     calls = [s for s in reply if s["kind"] == "call"]
     if len(calls) <= 1:
-        before = _digest(env) if live else None
+        before = env.state_digest() if live else None
         result = env.step(reply[0]["reply"])
         executed = len(result.info.get("calls", [])) == len(calls)
         live = live and executed
-        return ([(before, _digest(env) if live else None)] if calls else []), live
+        return ([(before, env.state_digest() if live else None)] if calls else []), live
     digests = []
     for step in calls:
-        before = _digest(env) if live else None
+        before = env.state_digest() if live else None
         result = env.step([ToolCall(name=step["tool"], arguments=json.loads(step["arguments"] or "{}"))])
         live = live and len(result.info.get("calls", [])) == 1
-        digests.append((before, _digest(env) if live else None))
+        digests.append((before, env.state_digest() if live else None))
     return digests, live
 
 

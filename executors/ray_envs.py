@@ -9,7 +9,7 @@ gives the actor back to the pool for the next episode, so actors are started onc
     pool = RayEnvPool("127.0.0.1:6379", "bfcl", {"category": "multi_turn_base"})
     env = pool.make()              # an Environment: reset / step / evaluate / close run in the actor
     pending = env.submit_step(reply)   # the agent loop starts every live episode's step at once ...
-    result = pending()                 # ... then waits for each (see `stages.agent_loop`)
+    result = pending()                 # ... then waits for each (see `agents.episodes`)
 
 The pool grows on demand (doubling, so actor start-up runs in parallel) and never shrinks; actors reserve
 `actor_cpus` CPUs each (default 0: environments mostly wait on I/O or are cheap Python, and Ray's default
@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from coevolve import envs
-from coevolve.envs.base import Action, Evaluation, Observation, StepResult, Task
+from coevolve.core import ToolCall
+from coevolve.envs.base import Action, Environment, Evaluation, Observation, StepResult, Task
 
 
 class EnvHost:
@@ -124,8 +125,9 @@ class RayEnvPool:
             self._free.clear()
 
 
-class RemoteEnvironment:
-    """An `Environment` whose calls run in a pooled Ray actor; other public methods are forwarded too."""
+class RemoteEnvironment(Environment):
+    """An `Environment` whose calls run in a pooled Ray actor, the optional ones included (the actor's
+    environment answers them, or gives its default); other public methods are forwarded too."""
 
     def __init__(self, pool: RayEnvPool, actor: Any, name: str, methods: frozenset[str]) -> None:
         self._pool, self._actor, self._methods = pool, actor, methods
@@ -160,6 +162,23 @@ class RemoteEnvironment:
     def evaluate(self) -> Evaluation:
         return self._call("evaluate")
 
+    def state_digest(self) -> str | None:
+        return self._call("state_digest")
+
+    def demonstrations(self) -> list[dict[str, str]]:
+        return self._call("demonstrations")
+
+    def derive_checker(
+        self,
+        initial_state: dict[str, Any],
+        turns: Sequence[str],
+        solution: Sequence[Sequence[ToolCall]],
+        answers: Sequence[Sequence[str]],
+        *,
+        strict: bool = True,
+    ) -> dict[str, Any]:
+        return self._call("derive_checker", initial_state, turns, solution, answers, strict=strict)
+
     def close(self) -> None:
         """Close the environment in the actor and give the actor back (dropped if it died)."""
         if self._closed:
@@ -173,7 +192,7 @@ class RemoteEnvironment:
             self._closed = True
             self._pool.give_back(self._actor, alive=alive)
 
-    def __getattr__(self, method: str) -> Callable[..., Any]:
+    def __getattr__(self, method: str) -> Callable[..., Any]:  # tool_schemas, snapshot, restore, ...
         if method.startswith("_") or method not in self._methods:
             raise AttributeError(f"{self.name} environment has no method {method!r}")
         return lambda *args, **kwargs: self._call(method, *args, **kwargs)

@@ -4,7 +4,7 @@
     #   python3 -m venv .venv-appworld && .venv-appworld/bin/pip install appworld \
     #     && .venv-appworld/bin/appworld install && .venv-appworld/bin/appworld download data
     # per worker, from the folder that holds data/:  .venv-appworld/bin/appworld serve environment --port 8000
-    import envs
+    from coevolve import envs
     env = envs.make("appworld", base_url="http://127.0.0.1:8000")
     task = env.tasks("dev")[0]                   # splits: train, dev, test_normal, test_challenge
     obs = env.reset(task)                        # the instruction + one tool, execute(code)
@@ -53,7 +53,7 @@ from coevolve.envs.appworld.tasks import (
     task_ids,
     task_info,
 )
-from coevolve.envs.base import Action, Evaluation, Observation, StepResult, Task
+from coevolve.envs.base import Action, Environment, Evaluation, Observation, StepResult, Task
 
 PARTIAL_CREDIT_SCALE = 0.4
 NO_CODE_REMINDER = (
@@ -77,7 +77,7 @@ class _Episode:
     done: bool = False
 
 
-class AppWorldEnv:
+class AppWorldEnv(Environment):
     """One AppWorld episode at a time, on the server at `base_url`."""
 
     name = "appworld"

@@ -1,6 +1,6 @@
 """`BfclEnv`: BFCL v4 multi-turn tasks (bfcl-eval 2026.3.23) on our own executor, scored by BFCL's rule.
 
-    import envs
+    from coevolve import envs
     env = envs.make("bfcl")                      # category="base" | "miss_func" | "miss_param" | "long_context"
     task = env.tasks("ae-test")[0]               # splits: all, ae-train, ae-test, train, test
     obs = env.reset(task)                        # first user turn + the involved classes' tools
@@ -37,13 +37,13 @@ but it is not a decoded step for the checker; Hermes replies keep `llm.toolcalls
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import coevolve.envs.bfcl.data as data
 from coevolve.core import ToolCall, content_hash
-from coevolve.envs.base import Action, Evaluation, Observation, StepResult, Task, as_tool_calls
-from coevolve.envs.bfcl import data
+from coevolve.envs.base import Action, Environment, Evaluation, Observation, StepResult, Task, as_tool_calls
 from coevolve.envs.bfcl.backends import Backends, Scenario, backend_class, public_methods
 from coevolve.envs.bfcl.checker import check_turns
 from coevolve.envs.bfcl.parsing import parse_call_string, read_action
@@ -80,7 +80,7 @@ class _Episode:
     done: bool = False
 
 
-class BfclEnv:
+class BfclEnv(Environment):
     """One BFCL multi-turn episode at a time; tasks, docs and backends come from the bfcl-eval package."""
 
     name = "bfcl"
@@ -203,6 +203,20 @@ class BfclEnv:
     def state_digest(self) -> str:
         """Content hash of the public attributes of the episode's instances (what the checker compares)."""
         return content_hash(public_state(self._require_episode().backends.instances))
+
+    def derive_checker(
+        self,
+        initial_state: dict[str, Any],
+        turns: Sequence[str],
+        solution: Sequence[Sequence[ToolCall]],
+        answers: Sequence[Sequence[str]],
+        *,
+        strict: bool = True,
+    ) -> dict[str, Any]:
+        """A checker without `ground_truth`: `evaluate` then checks an episode against the task's own
+        solution, by BFCL's rule. Nothing to derive, so nothing is refused here (a solution that fails is
+        caught by replaying it)."""
+        return {"category": "synthesized", "answers": list(answers)}
 
     def snapshot(self) -> dict[str, Any]:
         """A JSON-able record of the episode (task and decoded steps) that `restore` replays."""

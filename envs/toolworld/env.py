@@ -1,6 +1,6 @@
 """`ToolWorldEnv`: the built-in offline tool world (files, messages, calendar, shop, bank).
 
-    import envs
+    from coevolve import envs
     env = envs.make("toolworld", seed=0)          # n_train=200, n_test=48, n_heldout=48, ...
     task = env.tasks("train")[0]
     obs = env.reset(task)                        # first user turn + tool schemas
@@ -16,11 +16,12 @@ on first use and cached on the instance; each instance runs one episode at a tim
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from coevolve.core import content_hash
-from coevolve.envs.base import Action, Evaluation, Observation, StepResult, Task
+from coevolve.core import ToolCall, content_hash
+from coevolve.envs.base import Action, Environment, Evaluation, Observation, StepResult, Task
 from coevolve.envs.toolworld.checker import ToolUse, build_checker, score
 from coevolve.envs.toolworld.demonstrations import demonstrations
 from coevolve.envs.toolworld.tasks import SPLITS, generate_split, templates_of
@@ -52,7 +53,7 @@ def read_action(action: Any) -> ParsedReply:
     return parse_tool_calls(action) if isinstance(action, str) else parse_call_list(action)
 
 
-class ToolWorldEnv:
+class ToolWorldEnv(Environment):
     """One tool-world episode at a time; tasks and tool docs are generated per instance."""
 
     name = "toolworld"
@@ -153,6 +154,21 @@ class ToolWorldEnv:
     def state_digest(self) -> str:
         """Content hash of the current world state."""
         return content_hash(self._require_episode().world.state())
+
+    def derive_checker(
+        self,
+        initial_state: dict[str, Any],
+        turns: Sequence[str],
+        solution: Sequence[Sequence[ToolCall]],
+        answers: Sequence[Sequence[str]],
+        *,
+        strict: bool = True,
+    ) -> dict[str, Any]:
+        """The final state the solution leaves and the answers (`checker.build_checker`). The solution is
+        run against the tools' documented arguments to the letter (unknown arguments fail), whatever this
+        instance forgives an agent: a synthesized task's reference is held to the docs."""
+        catalog = ToolCatalog(strict_arguments=True)
+        return build_checker(catalog, initial_state, turns, solution, answers, strict=strict)
 
     def snapshot(self) -> dict[str, Any]:
         """A JSON-able copy of the episode (task, world state, turn progress) for `restore`."""
