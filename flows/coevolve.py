@@ -58,10 +58,11 @@ def stage_task(stage: StageDef, ctx: RunContext, round_: int, force: bool = Fals
 
 
 def run_stage_in_flow(stage: StageDef, ctx: RunContext, round_: int, *, force: bool = False) -> StageRecord:
-    """`stage` as a Prefect task named after it, tagged with the run and the round."""
+    """`stage` as a Prefect task named after it, tagged with the run and the round; its record (a cached
+    stage's too: its `Cached` state holds it)."""
     tagged = stage_task.with_options(name=stage.name, task_run_name=f"{stage.name}[{round_}]",
                                      tags=[f"run:{ctx.run}", f"round:{round_}", "coevolve"])  # fmt: skip
-    return tagged(stage, ctx, round_, force=force)
+    return tagged(stage, ctx, round_, force=force, return_state=True).result()
 
 
 def save_resolved_config(ctx: RunContext) -> None:

@@ -26,6 +26,9 @@ def test_stages_are_named_tagged_tasks_and_a_rerun_shows_cached_states(tmp_path,
     first = coevolve(config, run="ui", rounds=1, return_state=True)
     again = coevolve(config, run="ui", rounds=1, return_state=True)
     APILogHandler().flush()
+    assert first.is_completed() and again.is_completed(), (first, again)
+    assert again.result()["rounds"] == [dict.fromkeys(["bootstrap", "baseline", "rollout", "grpo_update",
+                                                       "evaluate"], "cached")]
     with get_client(sync_client=True) as client:
         def task_runs(state):
             return client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[_flow_run(state)])))
