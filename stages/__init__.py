@@ -43,9 +43,10 @@ def get_stage(name: str) -> StageDef:
 
 
 def evolves(config: CoevolveConfig, round_: int) -> bool:
-    """Whether round `round_` runs the data-evolution phases (every `evolve.every` rounds)."""
-    every = config.evolve.every
-    return every > 0 and (round_ + 1) % every == 0
+    """Whether round `round_` runs the data-evolution phases (every `evolve.every` rounds, up to
+    `evolve.last_round`)."""
+    every, last = config.evolve.every, config.evolve.last_round
+    return every > 0 and (round_ + 1) % every == 0 and (last is None or round_ <= last)
 
 
 def round_plan(config: CoevolveConfig, round_: int) -> list[StageDef]:

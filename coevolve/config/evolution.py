@@ -19,6 +19,9 @@ class EvolveConfig(Section):
     every: int = Field(0, ge=0)
     """Run the data-evolution phases every F rounds (rounds F-1, 2F-1, ...); 0 = plain GRPO on the seed
     dataset."""
+    last_round: int | None = Field(None, ge=0)
+    """The last round that evolves (None: every F-th round of the run). What the final rounds' evolutions
+    admit is drawn by no later rollout of the run, so a run can stop evolving early and train on the rest."""
     verify_after_update: bool = False
     """Run the round's data evolution after its GRPO update, so verification attempts (and
     `merge.unsolved_weighting` grades) a candidate with the policy that will draw it, not the one before the

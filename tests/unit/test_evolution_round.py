@@ -136,6 +136,8 @@ def test_round_plan_runs_evolution_every_f_rounds():
         "evaluate",
     ]
     assert "signals" not in [s.name for s in round_plan(config("evolve.every=2"), 0)]
+    last = config("evolve.every=1", "evolve.last_round=1")
+    assert ["signals" in [s.name for s in round_plan(last, r)] for r in range(3)] == [True, True, False]
     assert "signals" not in [s.name for s in round_plan(config("evolve.every=0"), 0)]
 
 
