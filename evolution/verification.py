@@ -6,7 +6,7 @@ one passes: it stands for the solution. The policy then attempts the survivors (
 when 1): success -> `accept`; a failure that did part of the task -> `retain`; else `discard` (the
 paper's rule). "Part of the task" is the attempt's `Evaluation.outcome_credit` (the reward where it is all
 outcome, as in BFCL and AppWorld; the share of checks passed in the tool world, whose reward also pays
-shaping credit for calls) above an idle answer's (`idle_evaluation`).
+shaping credit for calls) above an idle answer's (`candidates.idle_evaluation`).
 
 Without verification (the paper's ablation) every `ok` candidate is accepted with a lenient checker
 (failing solution calls skipped, unseen answers dropped), with no checks and no attempts.
@@ -16,36 +16,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from contextlib import closing
 from typing import Any
 
-from coevolve.agents.episodes import EpisodeLimits, run_episodes
+from coevolve.agents.episodes import run_episodes
 from coevolve.agents.ledger import step_rows, trajectory_rows
 from coevolve.core import content_hash
 from coevolve.envs.base import Environment, Task
-from coevolve.evolution.checks import Checked, Rejected, candidate_task, check_candidate
+from coevolve.evolution.candidates import Rejected, candidate_task
+from coevolve.evolution.checks import Checked, check_candidate
+from coevolve.evolution.settings import VerifySettings
 from coevolve.evolution.similarity import task_signature
-from coevolve.llm.engine import SamplingParams
 from coevolve.llm.replies import short_text
 
-
-@dataclass(frozen=True)
-class VerifySettings:
-    attempts: int = 1
-    greedy: bool = True
-    temperature: float = 1.0
-    max_new_tokens: int = 96
-    limits: EpisodeLimits = EpisodeLimits()
-    contamination_jaccard: float = 0.9
-    seed: int = 0
-    verify: bool = True
-    grounding: float = 0.5
-
-    def sampling(self) -> SamplingParams:
-        greedy = self.greedy and self.attempts == 1
-        return SamplingParams(
-            temperature=self.temperature, max_new_tokens=self.max_new_tokens, greedy=greedy, seed=self.seed
-        )
+__all__ = ["VerifySettings", "check_solutions", "exploration_lineage", "sibling_duplicates", "verify_candidates"]
 
 
 def verify_candidates(
@@ -67,7 +51,8 @@ def verify_candidates(
     """
     advance = progress or (lambda n: None)
     if not settings.verify:
-        return {"verifications": _unverified(policy.version, candidates, lineage), "trajectories": [], "steps": []}
+        rows = _unverified(make_env, policy.version, candidates, lineage)
+        return {"verifications": rows, "trajectories": [], "steps": []}
     pool = [(task_signature(t), " ".join(t.turns), t.id) for t in held_out]
     checked, rows = [], []
     for passed, rejected in check_solutions(make_env, candidates, pool, settings):
@@ -138,17 +123,20 @@ def _row(candidate: dict, policy: str, outcome: str, reason: str) -> dict:
     }
 
 
-def _unverified(policy: str, candidates: list[dict], lineage: dict[str, dict]) -> list[dict]:
+def _unverified(
+    make_env: Callable[[], Environment], policy: str, candidates: list[dict], lineage: dict[str, dict]
+) -> list[dict]:
     """The no-verification ablation: every ok candidate accepted as it is, with a lenient checker."""
     rows = []
-    for row in (r for r in candidates if r["status"] == "ok"):
-        try:
-            task = candidate_task(row, strict=False)
-        except Exception as exc:  # the solution does not even parse into a task
-            rows.append(_row(row, policy, "discard", f"error: {short_text(str(exc), 300)}"))
-            continue
-        lineage_of = lineage.get(row["exploration_id"], {})
-        rows.append(_decided(Checked(row, task, None), policy, lineage_of, "accept", UNVERIFIED))
+    with closing(make_env()) as env:
+        for row in (r for r in candidates if r["status"] == "ok"):
+            try:
+                task = candidate_task(env, row, strict=False)
+            except Exception as exc:  # the solution does not even parse into a task
+                rows.append(_row(row, policy, "discard", f"error: {short_text(str(exc), 300)}"))
+                continue
+            lineage_of = lineage.get(row["exploration_id"], {})
+            rows.append(_decided(Checked(row, task, None), policy, lineage_of, "accept", UNVERIFIED))
     return rows
 
 
