@@ -72,7 +72,14 @@ def test_an_episode_in_an_actor_equals_the_episode_in_process(ray_head):
     with pytest.raises(RuntimeError, match="after close"):
         remote.step("hello")
     remote = pool.make()
-    assert remote.demonstrations() == local.demonstrations()  # public methods beyond the protocol too
+    assert remote.demonstrations() == local.demonstrations()  # the interface's optional methods run there
+    task = local.tasks("train")[0]
+    assert remote.tool_schemas(task) == local.tool_schemas(task)  # other public methods are forwarded too
+    remote.reset(task)
+    local.reset(task)
+    assert remote.state_digest() == local.state_digest()
+    draft = (task.initial_state, task.turns, task.solution, task.checker["answers"])
+    assert remote.derive_checker(*draft) == local.derive_checker(*draft)
     with pytest.raises(AttributeError, match="no method 'teleport'"):
         remote.teleport()
     pool.shutdown()
