@@ -1,23 +1,26 @@
 """Replay every BFCL ground truth through our environment and time it against bfcl-eval's own checker.
 
-    .venv/bin/python benchmarks/bfcl_replay.py                      # multi_turn_base, all 200 tasks
-    .venv/bin/python benchmarks/bfcl_replay.py --category long_context
+    coevolve bench bfcl-replay                              # multi_turn_base, all 200 tasks
+    coevolve bench bfcl-replay --category long_context
 
 Prints, each line tagged with the bfcl-eval version: our verdicts and wall time for the whole loop
 (`replay_reference` on a fresh `envs.make("bfcl")` per task: reset, steps, evaluate), the official
 `multi_turn_checker` verdicts and time on the same decoded calls next to our checker's alone (and how
-many verdicts agree), and the
-median / p99 latency of one `env.step` for bfcl and for the built-in tool world. Target: ours <= 3 s.
+many verdicts agree), and the median / p99 latency of one `env.step` for bfcl and for the built-in tool
+world; the same figures go to `benchmarks/results/bfcl-replay.jsonl`, one variant per category. Target:
+ours <= 3 s.
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from coevolve import envs
+from coevolve.benchmarks.record import command_line, figure, record_result
+from coevolve.benchmarks.suite import argument_parser
 from coevolve.envs.base import Action, Environment, StepResult, Task
 from coevolve.envs.bfcl import data
 from coevolve.envs.bfcl.backends import Scenario
@@ -88,19 +91,22 @@ def step_latencies(name: str, tasks: list[Task], **options: Any) -> list[float]:
     return latencies
 
 
-def summary(latencies: list[float]) -> str:
+def percentiles(latencies: list[float]) -> tuple[float, float]:
+    """Median and p99 in milliseconds."""
     ordered = sorted(latencies)
-    p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
-    return (
-        f"median {1e3 * statistics.median(ordered):.3f} ms, p99 {1e3 * p99:.3f} ms over {len(ordered)} steps"
-    )
+    return 1e3 * statistics.median(ordered), 1e3 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def summary(latencies: list[float]) -> str:
+    median, p99 = percentiles(latencies)
+    return f"median {median:.3f} ms, p99 {p99:.3f} ms over {len(latencies)} steps"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argument_parser("bfcl-replay", __doc__)
     parser.add_argument("--category", default="base", help="base, miss_func, miss_param or long_context")
     parser.add_argument("--split", default="all")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     category = data.category_name(args.category)
     tag = f"bfcl-eval {data.bfcl_version()} | {category} {args.split}"
 
@@ -119,11 +125,19 @@ def main() -> None:
         f"{tag} | official multi_turn_checker on the same calls: {sum(official)}/{len(official)} valid, "
         f"{official_s:.2f} s; verdicts agree on {agree}/{len(ours)}"
     )
-    print(f"{tag} | step latency bfcl: {summary(step_latencies('bfcl', tasks, category=category))}")
+    bfcl_steps = step_latencies("bfcl", tasks, category=category)
+    print(f"{tag} | step latency bfcl: {summary(bfcl_steps)}")
     world = envs.make("toolworld").tasks("train")
-    print(
-        f"{tag} | step latency toolworld (train, {len(world)} tasks): {summary(step_latencies('toolworld', world))}"
-    )
+    world_steps = step_latencies("toolworld", world)
+    print(f"{tag} | step latency toolworld (train, {len(world)} tasks): {summary(world_steps)}")
+    figures = {"replay, ours": figure(ours_s, "s"), "tasks that succeed": figure(sum(ours), ""),
+               "tasks": figure(len(ours), ""), "checker alone, ours": figure(checked_s, "s"),
+               "official checker": figure(official_s, "s"), "verdicts that agree": figure(agree, "")}  # fmt: skip
+    for env_name, latencies in (("bfcl", bfcl_steps), ("toolworld", world_steps)):
+        median, p99 = percentiles(latencies)
+        figures |= {f"{env_name} step median": figure(median, "ms"), f"{env_name} step p99": figure(p99, "ms")}
+    record_result("bfcl-replay", figures, command=command_line("bfcl-replay", argv), variant=category,
+                  note=f"bfcl-eval {data.bfcl_version()}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """What running through the deployment costs: `prefect deployment run coevolve/round` vs `coevolve run`.
 
-    .venv/bin/python -u benchmarks/deployment_overhead.py [--config configs/test-tiny.yaml]
+    coevolve bench deployment-overhead [--config configs/test-tiny.yaml] [--repeats 2]
 
 Starts a Prefect server on a free loopback port (analytics off) and `coevolve serve`, then, against
 that same server, for fresh runs of the same config (one round each):
@@ -11,12 +11,12 @@ that same server, for fresh runs of the same config (one round each):
     rerun        the same `coevolve run` again: every stage cached (the "re-run a completed round" case)
 
 Each is repeated `--repeats` times; the table shows wall seconds (median) and the stage seconds inside
-the flow (sum of the round's manifests), so the orchestration overhead is wall - stages.
+the flow (sum of the round's manifests), so the orchestration overhead is wall - stages; the medians go
+to `benchmarks/results/deployment-overhead.jsonl`.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -27,9 +27,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
+
+from coevolve.benchmarks.record import command_line, figure, record_result
+from coevolve.benchmarks.suite import argument_parser
 
 BIN = Path(sys.executable).parent
 
@@ -82,11 +86,11 @@ def stage_seconds(root: Path, run: str) -> float:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argument_parser("deployment-overhead", __doc__)
     parser.add_argument("--config", default="configs/test-tiny.yaml")
     parser.add_argument("--repeats", type=int, default=2)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="coevolve-deploy-"))
     root, port = work / "runs", free_port()
     api = f"http://127.0.0.1:{port}/api"
@@ -111,9 +115,12 @@ def main() -> None:
             print(f"repeat {i}: " + ", ".join(f"{k} {v[-1][0]:.1f} s" for k, v in rows.items()), flush=True)
         print(f"\n{args.config}, 1 round, {args.repeats} repeats (median)")
         print(f"{'path':<11} {'wall s':>7} {'stages s':>9} {'wall - stages':>14}")
+        figures = {}
         for name, values in rows.items():
             wall, stages = statistics.median(v[0] for v in values), statistics.median(v[1] for v in values)
             print(f"{name:<11} {wall:>7.1f} {stages:>9.1f} {wall - stages:>14.1f}")
+            figures |= {f"{name} wall": figure(wall, "s"), f"{name} wall - stages": figure(wall - stages, "s")}
+        record_result("deployment-overhead", figures, command=command_line("deployment-overhead", argv))
     finally:
         if serve is not None:
             stop(serve)

@@ -1,6 +1,6 @@
 """DuckDB inspection at scale: the documented queries on a storage root with a 10M-row `steps` view.
 
-    .venv/bin/python -u benchmarks/duckdb_scale.py --rows 10000000 --rounds 100
+    coevolve bench duckdb-scale --rows 10000000 --rounds 100
 
 Writes a synthetic run through `RunStore` (the real schemas, Parquet writer and layout): `rounds` rounds,
 each with `rows / rounds` steps and the matching trajectories (4 steps each), then times through
@@ -11,19 +11,22 @@ each with `rows / rounds` steps and the matching trajectories (4 steps each), th
     one episode    every step of one trajectory id (what `coevolve show trajectory` needs)
     join           success rate by the tool of the first call, steps joined with trajectories
 
-Each query runs 3 times; the table shows the best and the first (cold) time.
+Each query runs 3 times; the table shows the best and the first (cold) time, and both go to
+`benchmarks/results/duckdb-scale.jsonl`.
 """
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
+from coevolve.benchmarks.record import command_line, figure, record_result
+from coevolve.benchmarks.suite import argument_parser
 from coevolve.storage.catalog import build_catalog, query
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.schemas import ARTIFACTS
@@ -88,12 +91,12 @@ def trajectories_table(round_: int, episodes: int, rng: np.random.Generator) -> 
     return pa.Table.from_pydict(columns, schema=schema)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argument_parser("duckdb-scale", __doc__)
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--root", type=Path, help="default: a temporary directory")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     root = args.root or Path(tempfile.mkdtemp(prefix="coevolve-duckdb-"))
     store, rng = RunStore(RunLayout(root, "scale")), np.random.default_rng(0)
     started = time.perf_counter()
@@ -107,6 +110,7 @@ def main() -> None:
           f"in {time.perf_counter() - started:.0f} s under {root}")  # fmt: skip
     rows = query(root, "SELECT count(*) AS n FROM steps").column("n")[0].as_py()
     print(f"steps view: {rows:,} rows\n\n{'query':<12} {'cold s':>7} {'best s':>7} {'result rows':>12}")
+    figures = {"steps rows": figure(rows, ""), "Parquet size": figure(size, "MiB")}
     for name, sql in QUERIES.items():
         sql = sql.format(probe=f"r{args.rounds // 2}-t7")
         times = []
@@ -115,6 +119,8 @@ def main() -> None:
             table = query(root, sql)
             times.append(time.perf_counter() - t0)
         print(f"{name:<12} {times[0]:>7.2f} {min(times):>7.2f} {table.num_rows:>12,}")
+        figures |= {f"{name}, cold": figure(times[0], "s"), f"{name}, best": figure(min(times), "s")}
+    record_result("duckdb-scale", figures, command=command_line("duckdb-scale", argv))
 
 
 if __name__ == "__main__":

@@ -1,18 +1,21 @@
 """Prompt probe: how often a model's first reply is a well-formed, right, exact tool call.
 
-    .venv/bin/python -u benchmarks/first_reply_probe.py --model smollm2-135m --tasks 32
+    coevolve bench first-reply-probe --model smollm2-135m --tasks 32
 
 Compares prompt variants on the first `--tasks` tool-world `test` tasks (greedy and T = 0.7): tool
 results rendered Qwen-style (`<tool_response>` in a user turn) or as plain `tool` turns, fixed
 demonstrations (bank, messages) or demonstrations from the task's own apps, full exchanges or call turns
-only. Used to choose the shipped prompt (benchmarks/RESULTS.md, SmolLM2 zero-shot).
+only. Used to choose the shipped prompt. The counts (well-formed, right tool, exact first call, of
+`--tasks`) go to `benchmarks/results/first-reply-probe.jsonl`.
 """
 
 from __future__ import annotations
 
-import argparse
+from collections.abc import Sequence
 
 from coevolve import envs
+from coevolve.benchmarks.record import command_line, figure, record_result
+from coevolve.benchmarks.suite import argument_parser
 from coevolve.envs.toolworld.demonstrations import demonstrations
 from coevolve.llm.chat import ChatFormat
 from coevolve.llm.engine import SamplingParams
@@ -33,14 +36,15 @@ VARIANTS = {
 }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argument_parser("first-reply-probe", __doc__)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--tasks", type=int, default=32)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     model, tokenizer = load_model(args.model)
     engine = HfEngine(model, tokenizer, batch_size=32)
     tasks = envs.make("toolworld").tasks("test")[: args.tasks]
+    figures = {}
     for name, (wrap, demos) in VARIANTS.items():
         chat = ChatFormat(tokenizer)
         chat.wrap_tool_results = wrap
@@ -59,6 +63,9 @@ def main() -> None:
             mode = "greedy" if sampling.greedy else "T=0.7"
             print(f"{name:42s} {mode:6s} format {well_formed}/{len(tasks)} right tool {right}/{len(tasks)} "
                   f"exact first call {exact}/{len(tasks)} (prompt {len(prompts[0])} tokens)")
+            for measure, count in (("format", well_formed), ("right tool", right), ("exact", exact)):
+                figures[f"{name}, {mode}, {measure}"] = figure(count, f"of {len(tasks)}")
+    record_result("first-reply-probe", figures, command=command_line("first-reply-probe", argv))
 
 
 if __name__ == "__main__":

@@ -1,28 +1,30 @@
 """A CPU stand-in for a vLLM policy server, for throughput benchmarks: `HfEngine` behind `/v1/completions`.
 
-    .venv/bin/python -m benchmarks.hf_completion_server --model tiny-random-llama --port 8100 --threads 1
+    coevolve bench hf-completion-server --model tiny-random-llama --port 8100 --threads 1
 
 Answers what `llm.openai_engine.OpenAIEngine` sends to vLLM: token-id prompts, `token_id:N` tokens and
 per-token log-probs back, `stop_token_ids`, `GET /v1/models`. Requests that arrive together are generated
 together: a worker thread takes everything queued (waiting `--gather-ms` for more) and runs one
 `HfEngine.generate` per distinct set of sampling parameters, as a serving engine batches concurrent
 requests. It is not a product: no LoRA endpoints, no prefix cache, no streaming; the policy path on GPUs
-is vLLM (`coevolve engine serve`). `benchmarks/served_rollout.py` starts several of these.
+is vLLM (`coevolve engine serve`). `coevolve bench served-rollout` starts several of these. A tool, not
+a benchmark: it records no result.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import queue
 import threading
 import time
+from collections.abc import Sequence
 from concurrent.futures import Future
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import torch
 
+from coevolve.benchmarks.suite import argument_parser
 from coevolve.llm.engine import SamplingParams
 from coevolve.llm.hf_engine import HfEngine
 from coevolve.llm.models import load_model
@@ -109,14 +111,14 @@ def make_handler(generator: BatchingGenerator, model_name: str) -> type[BaseHTTP
     return Handler
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argument_parser("hf-completion-server", __doc__)
     parser.add_argument("--model", default="tiny-random-llama")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--threads", type=int, default=1, help="torch threads of this server")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--gather-ms", type=float, default=20.0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     model, tokenizer = load_model(args.model)
     generator = BatchingGenerator(HfEngine(model, tokenizer, batch_size=args.batch_size), args.gather_ms / 1000)

@@ -1,6 +1,6 @@
 """Where a round's time goes: a breakdown of one real `coevolve` flow run by kind of work.
 
-    .venv/bin/python -u benchmarks/profile_round.py configs/toolworld-smollm2.yaml --rounds 1
+    coevolve bench profile-round configs/toolworld-smollm2.yaml --rounds 1
 
 Runs the real Prefect flow on a fresh run (the ephemeral Prefect API is started first and timed apart)
 with timers wrapped around the code that does each kind of work, and prints a table of exclusive
@@ -19,17 +19,18 @@ seconds (a nested timer's time is not counted again in its parent):
     orchestration and other       everything else: Prefect tasks, tokenising, parsing, stage logic
 
 `--set KEY=VALUE` overrides config values, e.g. `--set train.shared_prefix=false` for the plain path.
+Then the same flow runs again (every stage cached). The seconds per kind of work, the round's wall time
+and the cached re-run go to `benchmarks/results/profile-round.jsonl`.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -41,6 +42,8 @@ from coevolve import (
     rl,  # noqa: E402
     storage,  # noqa: E402
 )
+from coevolve.benchmarks.record import command_line, figure, record_result
+from coevolve.benchmarks.suite import argument_parser
 
 ORDER = (
     "generation prefill", "generation decode", "generation other", "environment steps",
@@ -123,8 +126,8 @@ def instrument(timer: ExclusiveTimer) -> None:
         timer.wrap(owner, name, "storage")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argument_parser("profile-round", __doc__)
     parser.add_argument("config")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
@@ -134,7 +137,7 @@ def main() -> None:
         action="store_true",
         help="the engine prefills every copy of a repeated prompt (the old behaviour)",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ["COEVOLVE_HOME"] = tempfile.mkdtemp(prefix="coevolve-profile-")
     from prefect import flow
@@ -169,11 +172,14 @@ def main() -> None:
         )
     started = time.perf_counter()
     again = flows.coevolve.coevolve(args.config, run="profile", rounds=args.rounds, overrides=args.overrides)
+    cached_s = time.perf_counter() - started
     recomputed = sum(state == "computed" for r in again["rounds"] for state in r.values())
-    print(
-        f"the same flow again (every stage cached): {time.perf_counter() - started:.2f} s, "
-        f"{recomputed} stages recomputed"
-    )
+    print(f"the same flow again (every stage cached): {cached_s:.2f} s, {recomputed} stages recomputed")
+    figures = {"round wall": figure(wall, "s"), **{name: figure(timer.seconds[name], "s") for name in ORDER},
+               "prefill tokens": figure(prefill, "tokens"), "cached re-run": figure(cached_s, "s"),
+               "stages recomputed on the re-run": figure(recomputed, "")}  # fmt: skip
+    record_result("profile-round", figures, command=command_line("profile-round", argv),
+                  variant="no prompt sharing" if args.no_prompt_sharing else "")  # fmt: skip
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"wall": wall, "prefect_start": prefect_start, "seconds": dict(timer.seconds), "prefill": prefill,

@@ -1,21 +1,24 @@
 """Rollout efficiency: the multi-turn agent loop's generated tokens/s against one batched generate call.
 
-    .venv/bin/python benchmarks/rollout_efficiency.py --model smollm2-135m --tasks 4 --k 8
+    coevolve bench rollout-efficiency --model smollm2-135m --tasks 4 --k 8
 
 Both sides use the same model, engine and batch size in the same process. The baseline is one
 `HfEngine.generate` call over the same initial prompts that produces the same number of tokens per
 sequence with stop tokens disabled, i.e. pure batched decoding with no environment, no turns and no
 re-prefill. The ratio (loop tokens/s / baseline tokens/s) is what the GRPO-loop issue asks to keep
->= 0.7.
+>= 0.7; it goes to `benchmarks/results/rollout-efficiency.jsonl` with both rates and the prefill tokens
+per episode over the final context length.
 """
 
 from __future__ import annotations
 
-import argparse
 import time
+from collections.abc import Sequence
 
 from coevolve import envs
 from coevolve.agents.episodes import EpisodeLimits, run_episodes
+from coevolve.benchmarks.record import command_line, figure, record_result
+from coevolve.benchmarks.suite import argument_parser
 from coevolve.llm.chat import ChatFormat
 from coevolve.llm.engine import SamplingParams
 from coevolve.llm.hf_engine import HfEngine
@@ -30,8 +33,8 @@ class NeverStops(HfEngine):
         self.eos_ids = (-1,)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argument_parser("rollout-efficiency", __doc__)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--tasks", type=int, default=4)
     parser.add_argument("--k", type=int, default=8)
@@ -40,7 +43,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--no-prompt-sharing", action="store_true",
                         help="prefill every copy of a group's prompt (the engine before group KV sharing)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     share = not args.no_prompt_sharing
 
     model, tokenizer = load_model(args.model)
@@ -76,6 +79,11 @@ def main() -> None:
     print(f"ratio: {loop_rate / base_rate:.2f}")
     print(f"prefill tokens per episode / final context length: {prefill_ratio:.2f} (KV reuse across turns"
           f"{', group prompts prefilled once' if share else ''})")
+    figures = {"agent loop": figure(loop_rate, "tokens/s"), "one batched generate": figure(base_rate, "tokens/s"),
+               "ratio": figure(loop_rate / base_rate, "x"),
+               "prefill per episode / final context": figure(prefill_ratio, "x")}  # fmt: skip
+    record_result("rollout-efficiency", figures, command=command_line("rollout-efficiency", argv),
+                  variant="" if share else "no prompt sharing")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,26 +1,29 @@
 """Non-model overhead of a round: everything that is not generation or the GRPO update's compute.
 
-    .venv/bin/python benchmarks/round_overhead.py configs/toolworld-smollm2.yaml --rounds 2
+    coevolve bench round-overhead configs/toolworld-smollm2.yaml --rounds 2
 
 Runs the real `coevolve` Prefect flow on a fresh run and times, per round, the engine's `generate`
 calls and `rl.update.grpo_update` (forward, backward, optimizer). The rest of the round's wall time
 (environment steps, tokenising observations, Parquet writes and manifests, the checkpoint, the DuckDB
-catalog, Prefect orchestration) is the overhead the GRPO-loop issue asks to keep <= 5 %.
+catalog, Prefect orchestration) is the overhead the GRPO-loop issue asks to keep <= 5 %. Each round's
+seconds and overhead share go to `benchmarks/results/round-overhead.jsonl`.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 from coevolve import (
     llm,  # noqa: E402
     rl,  # noqa: E402
 )
+from coevolve.benchmarks.record import command_line, figure, record_result
+from coevolve.benchmarks.suite import argument_parser
 
 SPANS: dict[str, list[tuple[float, float]]] = defaultdict(list)
 
@@ -39,12 +42,12 @@ def inside(spans: list[tuple[float, float]], lo: float, hi: float) -> float:
     return sum(min(b, hi) - max(a, lo) for a, b in spans if b > lo and a < hi)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argument_parser("round-overhead", __doc__)
     parser.add_argument("config")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--set", dest="overrides", action="append", default=[])
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ["COEVOLVE_HOME"] = tempfile.mkdtemp(prefix="coevolve-overhead-")
 
@@ -58,6 +61,7 @@ def main() -> None:
     coevolve(args.config, run="overhead", rounds=args.rounds, overrides=args.overrides)
     store = RunStore(RunLayout(Path(os.environ["COEVOLVE_HOME"]), "overhead"))
     print(f"{'round':>5} {'wall s':>8} {'generate':>9} {'update':>8} {'checkpoint':>10} {'overhead':>9} {'share':>6}")
+    figures = {}
     for r in range(args.rounds):
         manifests = [store.manifest(r, s) for s in ("rollout", "grpo_update", "evaluate")]
         manifests = [m for m in manifests if m is not None]
@@ -67,7 +71,11 @@ def main() -> None:
         ckpt = inside(SPANS["checkpoint"], lo, hi)
         overhead = wall - gen - upd
         print(f"{r:>5} {wall:>8.1f} {gen:>9.1f} {upd:>8.1f} {ckpt:>10.1f} {overhead:>9.1f} {overhead / wall:>6.1%}")
+        figures |= {f"round {r} wall": figure(wall, "s"), f"round {r} generate": figure(gen, "s"),
+                    f"round {r} update": figure(upd, "s"), f"round {r} checkpoint": figure(ckpt, "s"),
+                    f"round {r} overhead share": figure(100 * overhead / wall, "%")}  # fmt: skip
     print("(round 0 excludes bootstrap and baseline; checkpoint time is part of the overhead)")
+    record_result("round-overhead", figures, command=command_line("round-overhead", argv))
 
 
 if __name__ == "__main__":

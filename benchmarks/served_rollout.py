@@ -1,9 +1,9 @@
 """Rollout throughput with N policy servers against one, on the same tasks (CPU: the tiny model).
 
-    .venv/bin/python -u benchmarks/served_rollout.py                       # 1 and 2 servers, in process
-    .venv/bin/python -u benchmarks/served_rollout.py --servers 1 2 4 --tasks 16 --k 4
+    coevolve bench served-rollout                           # 1 and 2 servers, in process
+    coevolve bench served-rollout --servers 1 2 4 --tasks 16 --k 4
 
-Runs the agent loop (`stages.agent_loop.run_episodes`) on `--tasks` tool-world training tasks x `--k`
+Runs the agent loop (`agents.episodes.run_episodes`) on `--tasks` tool-world training tasks x `--k`
 samples three ways and prints wall time, episodes/s and generated tokens/s of each:
 
 - in process: `HfEngine` on all cores, KV sessions (what a CPU run does);
@@ -14,21 +14,24 @@ samples three ways and prints wall time, episodes/s and generated tokens/s of ea
 
 Sampling is seeded but the paths do not sample the same sequences (batch composition changes the
 kernels' rounding), so compare tokens/s, not wall time alone. Each path gets an untimed warm-up call.
+The tokens/s of each path go to `benchmarks/results/served-rollout.jsonl`.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 
 import torch
 
 from coevolve import envs
 from coevolve.agents.episodes import EpisodeLimits, run_episodes
+from coevolve.benchmarks.record import command_line, figure, record_result
+from coevolve.benchmarks.suite import argument_parser
 from coevolve.llm.chat import ChatFormat
 from coevolve.llm.engine import SamplingParams
 from coevolve.llm.hf_engine import HfEngine
@@ -66,8 +69,8 @@ def _start_servers(model: str, count: int, threads: int, base_port: int) -> list
     return servers
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argument_parser("served-rollout", __doc__)
     parser.add_argument("--model", default="tiny-random-llama")
     parser.add_argument("--servers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--tasks", type=int, default=16)
@@ -75,7 +78,7 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--max-replies", type=int, default=3)
     parser.add_argument("--threads-per-server", type=int, help="default: the cores split between the servers")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     cores = os.cpu_count() or 1
     tasks = envs.make("toolworld", seed=0).tasks("train")[: args.tasks]
     jobs = [(task, sample) for task in tasks for sample in range(args.k)]
@@ -110,6 +113,8 @@ def main() -> None:
         print(f"{label:<24} {r['seconds']:7.1f} s  {r['episodes'] / r['seconds']:6.2f} episodes/s  "
               f"{rate:7.1f} tokens/s (x{ratio:.2f} of {args.servers[0]} server)  "
               f"{r['tokens']} tokens, {r['replies']} replies", flush=True)
+    figures = {label: figure(r["tokens"] / r["seconds"], "tokens/s") for label, r in results.items()}
+    record_result("served-rollout", figures, command=command_line("served-rollout", argv), variant=args.model)
 
 
 if __name__ == "__main__":

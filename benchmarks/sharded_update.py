@@ -1,16 +1,16 @@
 """Peak memory per process of a launched GRPO update: whole copies (data parallel) against FSDP shards.
 
-    .venv/bin/python -u -m benchmarks.sharded_update                  # SmolLM2-135M, 2 CPU processes
-    .venv/bin/python -u -m benchmarks.sharded_update --model tiny-random-llama
+    coevolve bench sharded-update                           # SmolLM2-135M, 2 CPU processes
+    coevolve bench sharded-update --model tiny-random-llama
 
 Each variant is one `accelerate launch` of 2 processes with the repository's accelerate config
 (`configs/accelerate/two-processes.yaml` or `two-processes-fsdp.yaml`), model.device cpu (gloo), doing
-what `stages.distributed_update` does: load the policy, shard it for FSDP (`rl.sharding.shard_model`),
+what `executors.accelerate_update` does: load the policy, shard it for FSDP (`rl.sharding.shard_model`),
 AdamW, one update on a learning-benchmark-shaped batch (`benchmarks.update_memory.learning_shaped_batch`:
 one group of 8, 4 replies of 48 tokens) with 4 micro-batches of 2, and, for FSDP, gathering the
 checkpoint state onto process 0. Reported per variant and process: the weights and AdamW moments it
 holds after the update (its shards under FSDP), peak RSS (activations included), seconds of the update,
-the gradient norm (must agree between variants).
+the gradient norm (must agree between variants); the same go to `benchmarks/results/sharded-update.jsonl`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
+
+from coevolve.benchmarks.record import command_line, figure, record_result
+from coevolve.benchmarks.suite import argument_parser
 
 CONFIGS = {"data-parallel": "configs/accelerate/two-processes.yaml",
            "fsdp": "configs/accelerate/two-processes-fsdp.yaml"}  # fmt: skip
@@ -88,26 +92,32 @@ def launch(variant: str, model: str, prompt: int) -> list[dict]:
         return [json.loads(p.read_text()) for p in sorted(Path(tmp).glob("rank*.json"))]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argument_parser("sharded-update", __doc__)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--prompt", type=int, default=600, help="prompt tokens of the batch's group")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--sharded", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.worker:
         worker(args.model, args.prompt, args.sharded, args.out)
         return
     print(f"model {args.model}, 2 CPU processes, batch: 1 group of 8, prompt {args.prompt} tokens")
     print("| variant | process | weights + AdamW held (MB) | peak RSS (MB) | update (s) | grad norm |\n"
           "|---|---|---|---|---|---|")
-    base = None
+    base, figures = None, {}
     for variant in CONFIGS:
         for rec in launch(variant, args.model, args.prompt):
             base = base or rec["peak_rss_mb"]
             print(f"| {variant} | {rec['rank']} | {rec['state_mb']} | {rec['peak_rss_mb']} ({rec['peak_rss_mb'] / base:.2f}x) | "
                   f"{rec['update_s']} | {rec['grad_norm']:.6f} |", flush=True)  # fmt: skip
+            process = f"{variant}, process {rec['rank']}"
+            figures |= {f"{process}, weights + AdamW held": figure(rec["state_mb"], "MB"),
+                        f"{process}, peak RSS": figure(rec["peak_rss_mb"], "MB"),
+                        f"{process}, update": figure(rec["update_s"], "s"),
+                        f"{process}, grad norm": figure(rec["grad_norm"], "")}  # fmt: skip
+    record_result("sharded-update", figures, command=command_line("sharded-update", argv), variant=args.model)
 
 
 if __name__ == "__main__":

@@ -1,29 +1,32 @@
-"""Speed and agreement of `stages.signals.extract_signals` against a plain-Python version of the rules.
+"""Speed and agreement of `evolution.signals.extract_signals` against a plain-Python version of the rules.
 
-    .venv/bin/python benchmarks/signals_bench.py                  # 100 rounds x 10,000 trajectories
-    .venv/bin/python benchmarks/signals_bench.py --rounds 20      # smaller ledger
+    coevolve bench signals                                  # 100 rounds x 10,000 trajectories
+    coevolve bench signals --rounds 20                      # smaller ledger
 
 Builds a synthetic ledger: a pool of tasks, a random subset of them attempted each round (so some
 tasks skip rounds) with K samples each; rewards in {0, 0.5, 1} from task-dependent success rates that
 drift over the rounds; a few steps per trajectory over ~40 tool names drawn Zipf-like (so most tools
 are rare), some steps without a tool (parse errors, answers), rows shuffled. Then times the signals of
 the last round with the vectorised stage and with dicts-and-loops Python, checks that both mark the
-same (kind, trajectory_id) rows, and prints wall times, the ratio and counts per kind.
+same (kind, trajectory_id) rows, and prints wall times, the ratio and counts per kind. The median times
+and the ratio go to `benchmarks/results/signals.jsonl`.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import os
 import platform
 import time
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from itertools import pairwise
 
 import numpy as np
 import polars as pl
 
+from coevolve.benchmarks.record import command_line, figure, record_result
+from coevolve.benchmarks.suite import argument_parser
 from coevolve.evolution.signals import extract_signals
 
 
@@ -112,8 +115,8 @@ def python_signals(
     return marked
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argument_parser("signals", __doc__)
     parser.add_argument("--rounds", type=int, default=100)
     parser.add_argument("--tasks-per-round", type=int, default=1250)
     parser.add_argument("--task-pool", type=int, default=2000)
@@ -124,7 +127,7 @@ def main() -> None:
     parser.add_argument("--theta", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     print(f"date {datetime.datetime.now().isoformat(timespec='seconds')}  machine {platform.machine()} "
           f"{platform.processor() or ''} cores {os.cpu_count()} (affinity {len(os.sched_getaffinity(0))})  "
@@ -137,6 +140,7 @@ def main() -> None:
     print(f"ledger: {trajectories.height:,} trajectories, {steps.height:,} steps "
           f"({steps['tool'].null_count():,} without a tool), built in {time.perf_counter() - t0:.1f} s")
 
+    figures = {"step rows": figure(steps.height, "")}
     for pattern in ("tool", "bigram"):
         times = []
         for _ in range(args.repeats):
@@ -156,6 +160,11 @@ def main() -> None:
               f"median {sorted(times)[len(times) // 2]:.2f} s of {len(times)}; python {python_s:.1f} s; "
               f"ratio {python_s / sorted(times)[len(times) // 2]:.0f}x; same {len(got):,} (kind, trajectory) rows; "
               f"by kind {by_kind}")
+        median = sorted(times)[len(times) // 2]
+        figures |= {f"extract_signals, {pattern} pattern": figure(median, "s"),
+                    f"plain Python, {pattern} pattern": figure(python_s, "s"),
+                    f"ratio, {pattern} pattern": figure(python_s / median, "x")}  # fmt: skip
+    record_result("signals", figures, command=command_line("signals", argv), note=f"polars {pl.__version__}")
 
 
 if __name__ == "__main__":

@@ -1,20 +1,24 @@
 """How often a small in-process teacher answers the reflection prompt with usable JSON, with and without
-starting its reply with `stages.teacher.REFLECT_PREFIX` (assistant prefill).
+starting its reply with `evolution.prompts.REFLECT_PREFIX` (assistant prefill).
 
-    .venv/bin/python -u benchmarks/teacher_prefill_probe.py --model smollm2-135m --tasks 16
+    coevolve bench teacher-prefill-probe --model smollm2-135m --tasks 16
 
-Each probe is a real reflection prompt (`stages.explore.reflection_messages`) for a `train` task of the
-tool world, with a one-step failed trajectory (a call to an unknown tool, as SmolLM2 makes them), sampled
-at the teacher's default temperature; the reply goes through the real parser (`parse_context`).
+Each probe is a real reflection prompt (`evolution.exploration.reflection_messages`) for a `train` task of
+the tool world, with a one-step failed trajectory (a call to an unknown tool, as SmolLM2 makes them),
+sampled at the teacher's default temperature; the reply goes through the real parser (`parse_context`).
+The replies parsed into an exploration context, by status, go to
+`benchmarks/results/teacher-prefill-probe.jsonl`.
 """
 
 from __future__ import annotations
 
-import argparse
 from collections import Counter
+from collections.abc import Sequence
 
 from coevolve import envs
 from coevolve.agents.teacher import EngineTeacher, TeacherSettings
+from coevolve.benchmarks.record import command_line, figure, record_result
+from coevolve.benchmarks.suite import argument_parser
 from coevolve.evolution.exploration import Target, parse_context, reflection_messages
 from coevolve.evolution.prompts import REFLECT_PREFIX
 from coevolve.llm.chat import ChatFormat
@@ -25,13 +29,13 @@ FAILED_STEP = {"step": 0, "call_index": 0, "kind": "call", "tool": "balance", "a
                "observation": 'unknown tool "balance"', "reply": ""}  # fmt: skip
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argument_parser("teacher-prefill-probe", __doc__)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--tasks", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--temperature", type=float, default=0.7)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     model, tokenizer = load_model(args.model)
     settings = TeacherSettings(args.temperature, args.max_new_tokens, 64, 4096)
@@ -44,10 +48,13 @@ def main() -> None:
         conversations.append(reflection_messages(target, tools))
         names.append({t["function"]["name"] for t in tools})
     sampling = settings.text_sampling(seed=0)
+    figures = {}
     for label, prefix in (("no prefill", ""), ("prefill", REFLECT_PREFIX)):
         replies = teacher.complete(conversations, sampling, reply_prefix=prefix)
         statuses = Counter(parse_context(reply, n)[1] for reply, n in zip(replies, names, strict=True))
         print(f"{label:<11} ok {statuses['ok']}/{len(replies)}  {dict(statuses)}", flush=True)
+        figures |= {f"{label}, {status}": figure(n, f"of {len(replies)}") for status, n in sorted(statuses.items())}
+    record_result("teacher-prefill-probe", figures, command=command_line("teacher-prefill-probe", argv))
 
 
 if __name__ == "__main__":

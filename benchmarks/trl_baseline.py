@@ -45,21 +45,27 @@ Side effects: the given model is trained in place (``warmup + 1`` optimizer step
 (`add_fused_lm_head`) is removed and the model's train/eval mode restored afterwards; TRL also writes the
 tokenizer's pad id into ``model.config`` / ``model.generation_config``.
 
-    python -m benchmarks.trl_baseline                       # tiny-random-llama, 2 groups x 8 samples
-    python -m benchmarks.trl_baseline --model smollm2-135m
+    coevolve bench trl-baseline                             # tiny-random-llama, 2 groups x 8 samples
+    coevolve bench trl-baseline --model smollm2-135m
+
+The step's seconds and policy tokens/s go to `benchmarks/results/trl-baseline.jsonl`;
+`coevolve bench update-throughput` runs the same step next to ours.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import tempfile
 import time
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import torch
+
+from coevolve.benchmarks.record import command_line, figure, record_result
+from coevolve.benchmarks.suite import argument_parser
 
 
 def trl_update_seconds(
@@ -300,15 +306,15 @@ def synthetic_samples(
     return samples
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argument_parser("trl-baseline", __doc__)
     parser.add_argument("--model", default="tiny-random-llama", help="tiny-random-llama or smollm2-135m")
     parser.add_argument("--micro-batch-size", type=int, default=4)
     parser.add_argument("--beta", type=float, default=0.04)
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--warmup", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     from coevolve.llm.models import load_model
 
@@ -330,6 +336,9 @@ def main() -> None:
     print(json.dumps({**result, "model": args.model, "max_abs_change": {name: changed}}, indent=2))
     if changed == 0.0:
         raise SystemExit(f"{name} did not change: the optimizer step did not update the model")
+    record_result("trl-baseline", {"step": figure(result["seconds"], "s"),
+                                   "policy tokens": figure(result["tokens_per_second"], "tokens/s")},
+                  command=command_line("trl-baseline", argv), variant=args.model)  # fmt: skip
 
 
 if __name__ == "__main__":

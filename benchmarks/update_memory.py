@@ -1,20 +1,21 @@
 """Peak memory of one GRPO update: logits at every position (the baseline) against scored positions only.
 
-    .venv/bin/python -u benchmarks/update_memory.py                  # SmolLM2-135M, one group of 8
-    .venv/bin/python -u benchmarks/update_memory.py --model tiny-random-llama --prompt 200
+    coevolve bench update-memory                            # SmolLM2-135M, one group of 8
+    coevolve bench update-memory --model tiny-random-llama --prompt 200
 
 The batch has the shape of a learning-benchmark update (configs/learning-smollm2.yaml): one group of 8
 multi-turn samples sharing a `--prompt`-token prompt (system text and tool docs), then 4 replies of 48
 policy tokens with 3 tool outputs of 60 masked tokens between them; one micro-batch of 8, one optimizer
 step, KL off (the benchmark's config). Each variant runs in its own process (peak RSS is per process):
 
-    all/shared      logits for every position, common prompt encoded once (the code before this change)
-    scored/shared   logits only where a row's loss mask scores a token (the default now)
+    all/shared      logits for every position, common prompt encoded once (the baseline)
+    scored/shared   logits only where a row's loss mask scores a token (what the update does)
     all/plain       every position, every row encodes its prompt
     scored/plain    scored positions, every row encodes its prompt
 
 Reported per variant: peak RSS of the process, seconds of the update step, and the ratio to the
-baseline with the same prompt handling. The losses must agree (same log-probs at scored positions).
+baseline with the same prompt handling, also in `benchmarks/results/update-memory.jsonl`. The losses
+must agree (same log-probs at scored positions).
 """
 
 from __future__ import annotations
@@ -25,8 +26,12 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 
 import torch
+
+from coevolve.benchmarks.record import command_line, figure, record_result
+from coevolve.benchmarks.suite import argument_parser
 
 VARIANTS = ("all/shared", "scored/shared", "all/plain", "scored/plain")
 
@@ -82,12 +87,12 @@ def run_variant(variant: str, model_name: str, prompt: int) -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argument_parser("update-memory", __doc__)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--prompt", type=int, default=700)
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)  # one child process
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.variant:
         print(json.dumps(run_variant(args.variant, args.model, args.prompt)))
         return
@@ -112,6 +117,10 @@ def main() -> None:
             f"  step {r['seconds']:6.1f} s (x{r['seconds'] / base['seconds']:.2f})"
             f"  model loaded {r['before_gb']:4.2f} GB  grad norm {r['grad_norm']:.6f}"
         )
+    figures = {}
+    for variant, r in results.items():
+        figures |= {f"{variant} peak RSS": figure(r["peak_rss_gb"], "GB"), f"{variant} step": figure(r["seconds"], "s")}
+    record_result("update-memory", figures, command=command_line("update-memory", argv), variant=args.model)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """GRPO update throughput on one fixed batch: TRL's GRPOTrainer, our plain path, shared prefix, + LoRA.
 
-    .venv/bin/python -u benchmarks/update_throughput.py --model smollm2-135m
+    coevolve bench update-throughput --model smollm2-135m
 
 The batch is the one the speed issue describes for the demo config: 2 groups x 8 samples, 340-token
 chat-templated prompts, 40-token completions with a 10-token tool output inside (masked), 0/1 rewards
@@ -13,19 +13,22 @@ with KL on (beta > 0: a reference pass), the same micro-batch size and a fresh c
     shared+lora  the same with a rank-16 LoRA adapter; the reference is the adapter disabled
 
 Reported: policy tokens trained per second (forward + backward + optimizer, old/ref passes included),
-seconds, peak RSS growth of the step, and each path's speed-up over trl and plain.
+seconds, peak RSS growth of the step, and each path's speed-up over trl and plain; tokens/s, seconds and
+speed-ups also go to `benchmarks/results/update-throughput.jsonl`.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import resource
 import time
+from collections.abc import Sequence
 
 import torch
 
+from coevolve.benchmarks.record import command_line, figure, record_result
+from coevolve.benchmarks.suite import argument_parser
 from coevolve.benchmarks.trl_baseline import synthetic_samples, trl_update_seconds
 from coevolve.rl.batch import SampleBatch
 from coevolve.rl.update import UpdateHyperparams, grpo_update, make_optimizer
@@ -64,8 +67,8 @@ def ours(model, batch: SampleBatch, *, shared: bool, lora: bool, args) -> dict:
     return {"seconds": seconds, "policy_tokens": result.tokens, "tokens_per_second": result.tokens / seconds}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argument_parser("update-throughput", __doc__)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--micro-batch-size", type=int, default=8)
     parser.add_argument("--beta", type=float, default=0.04)
@@ -73,7 +76,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--variants", nargs="+", default=["plain", "shared", "shared+lora", "trl"])
     parser.add_argument("--repeats", type=int, default=1, help="time each of ours this many times (best)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     from coevolve.llm.models import load_model
 
@@ -102,6 +105,7 @@ def main() -> None:
         print(variant, json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in out.items()}),
               flush=True)  # fmt: skip
     print(f"\n{'variant':<12} {'tok/s':>8} {'seconds':>8} {'x trl':>6} {'x plain':>8}")
+    figures = {}
     for variant, out in results.items():
         vs = {
             b: out["tokens_per_second"] / results[b]["tokens_per_second"]
@@ -110,6 +114,9 @@ def main() -> None:
         }
         print(f"{variant:<12} {out['tokens_per_second']:>8.1f} {out['seconds']:>8.1f} "
               f"{vs.get('trl', float('nan')):>6.2f} {vs.get('plain', float('nan')):>8.2f}")  # fmt: skip
+        figures |= {f"{variant}": figure(out["tokens_per_second"], "tokens/s"),
+                    **{f"{variant} x {b}": figure(ratio, "x") for b, ratio in vs.items() if b != variant}}  # fmt: skip
+    record_result("update-throughput", figures, command=command_line("update-throughput", argv), variant=args.model)
 
 
 if __name__ == "__main__":

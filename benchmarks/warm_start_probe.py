@@ -1,22 +1,25 @@
 """How much a warm start helps: build (or reuse) the warm-started checkpoint of a config, then sample K
 episodes on N of its `train` tasks and report success per family and how many groups hold both outcomes
-(the groups that give GRPO a gradient and fire boundary signals).
+(the groups that give GRPO a gradient and fire boundary signals); the same, and the build time of a
+checkpoint built now, go to `benchmarks/results/warm-start-probe.jsonl`.
 
-    .venv/bin/python -u -m benchmarks.warm_start_probe --tasks 16 --k 4 [--warm-start-tasks 48] [--no-teacher]
+    coevolve bench warm-start-probe --tasks 16 --k 4 [--warm-start-tasks 48] [--no-teacher]
 """
 
 from __future__ import annotations
 
-import argparse
 import random
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 from coevolve import envs
 from coevolve.agents.episodes import EpisodeLimits, run_episodes
+from coevolve.benchmarks.record import command_line, figure, record_result
+from coevolve.benchmarks.suite import argument_parser
 from coevolve.config import load_config
-from coevolve.evolution.warm_start import warm_start_checkpoint
+from coevolve.evolution.warm_start import warm_start_checkpoint, warm_start_key
 from coevolve.llm.chat import ChatFormat
 from coevolve.llm.engine import SamplingParams
 from coevolve.llm.hf_engine import HfEngine
@@ -24,21 +27,23 @@ from coevolve.llm.models import cache_dir, load_model
 from coevolve.rl.warm_start import WarmStart
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argument_parser("warm-start-probe", __doc__)
     parser.add_argument("--config", type=Path, default=Path("configs/learning-smollm2.yaml"))
     parser.add_argument("--warm-start-tasks", type=int, default=WarmStart.tasks)
     parser.add_argument("--no-teacher", action="store_true", help="agent episodes only")
     parser.add_argument("--tasks", type=int, default=16)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--out", type=Path, default=cache_dir() / "warm-start")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     config = load_config(args.config)
     started = time.perf_counter()
     settings = WarmStart(tasks=args.warm_start_tasks, teacher=not args.no_teacher)
+    built = not (args.out / warm_start_key(config, settings)).exists()
     path = warm_start_checkpoint(config, settings, args.out)
-    print(f"checkpoint {path} ({time.perf_counter() - started:.1f} s)")
+    build_s = time.perf_counter() - started
+    print(f"checkpoint {path} ({build_s:.1f} s{'' if built else ', built before'})")
 
     model, tokenizer = load_model(str(path))
     engine = HfEngine(model, tokenizer, batch_size=config.model.generation_batch_size)
@@ -60,6 +65,11 @@ def main() -> None:
     solved = sum(sum(v) for v in by_task.values())
     mixed = sum(1 for v in by_task.values() if any(v) and not all(v))
     print(f"train success {solved}/{len(episodes)}; groups with both outcomes {mixed}/{len(by_task)}")
+    figures = {"train success": figure(100 * solved / len(episodes), "%"),
+               "groups with both outcomes": figure(mixed, f"of {len(by_task)}"),
+               **({"build": figure(build_s, "s")} if built else {})}  # fmt: skip
+    record_result("warm-start-probe", figures, command=command_line("warm-start-probe", argv),
+                  variant="agent episodes only" if args.no_teacher else "")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,29 +1,34 @@
 """Zero-shot success of a model on environment splits, through the real agent loop.
 
-    .venv/bin/python benchmarks/zero_shot.py --model smollm2-135m --splits test heldout-templates
+    coevolve bench zero-shot --model smollm2-135m --splits test heldout-templates
+    coevolve bench zero-shot --env bfcl --splits ae-test test --max-tasks 30 --max-new-tokens 128 \
+        --max-replies 8 --max-context-tokens 4096
 
 Prints per split: success rate, mean reward, format rate (share of replies with a well-formed call),
 and per-family success, plus generation throughput. Used to keep the demo config in a learnable regime
-(the GRPO-loop issue asks for 5-60 % on `test`).
+(the GRPO-loop issue asks for 5-60 % on `test`). Success, mean reward and format rate per split go to
+`benchmarks/results/zero-shot.jsonl`, one variant per environment.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 
 from coevolve import envs
 from coevolve.agents.episodes import EpisodeLimits, run_episodes
+from coevolve.benchmarks.record import command_line, figure, record_result
+from coevolve.benchmarks.suite import argument_parser
 from coevolve.llm.chat import ChatFormat
 from coevolve.llm.engine import SamplingParams
 from coevolve.llm.hf_engine import HfEngine
 from coevolve.llm.models import load_model
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argument_parser("zero-shot", __doc__)
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--env", default="toolworld")
     parser.add_argument("--splits", nargs="+", default=["test", "heldout-templates"])
@@ -33,9 +38,9 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--max-replies", type=int, default=6)
     parser.add_argument("--max-context-tokens", type=int, default=2048,
-                        help="episode context cap (BFCL prompts alone are 1.1k-2.2k tokens: use 4096)")
+                        help="episode context cap (BFCL's system prompt with its tool docs needs 4096)")
     parser.add_argument("--batch-size", type=int, default=16)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     model, tokenizer = load_model(args.model)
     engine, chat = HfEngine(model, tokenizer, batch_size=args.batch_size), ChatFormat(tokenizer)
@@ -53,6 +58,12 @@ def main() -> None:
         seconds = time.perf_counter() - started
         results[split] = summarise(episodes, seconds)
         print(json.dumps({"split": split, **results[split]}, indent=1))
+    figures = {}
+    for split, got in results.items():
+        figures |= {f"{split} success": figure(100 * got["success"], "%"),
+                    f"{split} mean reward": figure(got["mean_reward"], ""),
+                    f"{split} replies with a well-formed call": figure(100 * got["call_format_rate"], "%")}  # fmt: skip
+    record_result("zero-shot", figures, command=command_line("zero-shot", argv), variant=args.env)
 
 
 def summarise(episodes, seconds: float) -> dict:

@@ -29,9 +29,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="CoEvolve: ag
 env_app = typer.Typer(no_args_is_help=True, help="Environments: list them, replay reference solutions.")
 models_app = typer.Typer(no_args_is_help=True, help="Models: resolve and convert into the local cache.")
 app.add_typer(env_app, name="env")
-bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks that run the whole pipeline (code in benchmarks/).")
 app.add_typer(models_app, name="models")
-app.add_typer(bench_app, name="bench")
 engine_app = typer.Typer(no_args_is_help=True, help="Inference servers for the policy (vLLM, in its own venv).")
 app.add_typer(engine_app, name="engine")
 
@@ -73,11 +71,19 @@ def main_options(verbose: Annotated[bool, typer.Option(
 
 
 def quiet_libraries() -> None:
-    """Keep the terminal for our progress bars and summary lines (library logs stay in the Prefect API)."""
+    """Keep the terminal for our progress bars and summary lines: flow and task run logs (state changes,
+    a failed stage's traceback) go to the Prefect API only, unless --verbose; the command itself reports
+    errors, as one paragraph for bad input or state."""
+    import logging
+
+    from prefect.logging.configuration import ensure_logging_setup
     from transformers.utils import logging as hf_logging
 
     if os.environ.get("TRANSFORMERS_VERBOSITY") == "error":
         hf_logging.disable_progress_bar()
+        ensure_logging_setup()
+        for name in ("prefect.flow_runs", "prefect.task_runs"):
+            logging.getLogger(name).propagate = False
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
@@ -446,49 +452,22 @@ def engine_serve(
     os.execvpe(argv[0], argv, {**os.environ, **env})
 
 
-@bench_app.command("learning")
-def bench_learning(
-    quick: Annotated[bool, typer.Option(
-        help="grpo and coevolve, one seed, 2 rounds, 8 eval tasks per split (about 15 minutes on 2 cores once the warm start and the teacher are built).")] = False,
-    config: Annotated[Path, typer.Option(help="Config every arm starts from.")] = Path("configs/learning-smollm2.yaml"),
-    rounds: Annotated[int | None, typer.Option(help="Rounds per run (default: the config's run.rounds; --quick 2).")] = None,
-    seeds: Annotated[int | None, typer.Option(help="Seeds of grpo and coevolve (default 3, --quick 1).")] = None,
-    first_seed: Annotated[int, typer.Option(
-        help="Run only seeds >= this; the report still covers seeds 0.. (from storage, or from the "
-             "outcomes.parquet an earlier invocation of the same plan wrote to --out).")] = 0,
-    arms: Annotated[list[str] | None, typer.Option("--arm", help="Run only these arms (repeatable).")] = None,
-    out: Annotated[Path, typer.Option(help="Where curves.parquet, report.md and curves.png go.")] = Path(
-        "benchmarks/learning"),
-    warm_start_tasks: Annotated[int, typer.Option(
-        help="Reference episodes of the supervised warm start every arm starts from (0: none).")] = 48,
-    teacher_tasks: Annotated[int, typer.Option(
-        help="Tasks of the evolving arms' own teacher, the warm start fine-tuned on teacher replies "
-             "(0: the config's teacher).")] = 48,
-    jobs: Annotated[int, typer.Option(
-        help="Runs at once, each in its own `coevolve run` process with the cores split between them.")] = 1,
-    share: Annotated[bool, typer.Option(
-        help="Start each arm as a fork of the grpo run of its seed (`coevolve fork`), so the stages they "
-             "compute identically run once.")] = True,
-    overrides: Overrides = None,
-    root: RootOption = None,
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)
+def bench(
+    ctx: typer.Context,
+    name: Annotated[str | None, typer.Argument(help="Benchmark name, `list` or `report`.")] = None,
 ) -> None:
-    """CoEvolve against GRPO at equal rollout budget, with the paper's ablations (benchmarks/learning.py)."""
-    if root is not None:
-        os.environ["COEVOLVE_HOME"] = str(root)
-    from coevolve.benchmarks.learning import Plan, run_benchmark
+    """Benchmarks: `coevolve bench list`, `coevolve bench NAME [ARGS...]`, `coevolve bench report` (benchmarks/)."""
+    from coevolve.benchmarks.suite import entry, main
 
+    if name is None or name in ("-h", "--help"):
+        main([])
+        return
     try:
-        plan = Plan.make(quick=quick, config=config, rounds=rounds, seeds=seeds, arms=arms,
-                         overrides=overrides or [], warm_start_tasks=warm_start_tasks,
-                         teacher_tasks=teacher_tasks, jobs=jobs, share=share, first_seed=first_seed)
-        from coevolve.config import load_config
-
-        load_config(plan.config, list(plan.overrides))  # a config mistake fails before any run starts
-    except (*_user_errors(), ValueError) as exc:
+        run = entry(name)
+    except ValueError as exc:
         _fail(str(exc))
-    _require_prefect_api("bench learning")
-    quiet_libraries()
-    typer.echo(run_benchmark(plan, out))
+    run(list(ctx.args))
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_bootstrap_interval_brackets_the_point_estimate():
-    from coevolve.benchmarks.learning import bootstrap_difference
+    from coevolve.benchmarks.learning.statistics import bootstrap_difference
 
     rows = [
         {"arm": arm, "seed": seed, "updates": 2, "split": "test", "task_id": f"t{t}",
@@ -28,7 +28,7 @@ def test_bootstrap_interval_brackets_the_point_estimate():
 
 
 def test_arms_identical_seed_by_seed_differ_by_exactly_zero():
-    from coevolve.benchmarks.learning import bootstrap_difference
+    from coevolve.benchmarks.learning.statistics import bootstrap_difference
 
     rows = [
         {"arm": arm, "seed": seed, "updates": 3, "split": "test", "task_id": f"t{t}", "success": int((t + seed) % 3 == 0)}
@@ -44,7 +44,7 @@ def _outcomes(run: str, plan: str, success: int, tasks: int = 3) -> list[dict]:
 
 
 def test_recorded_outcomes_fill_runs_missing_from_storage_and_nothing_recorded_is_lost():
-    from coevolve.benchmarks.learning import OUTCOME_SCHEMA, merge_outcomes
+    from coevolve.benchmarks.learning.outcomes import OUTCOME_SCHEMA, merge_outcomes
 
     recorded = pl.DataFrame(_outcomes("learning-grpo-s0", "p1", 1) + _outcomes("learning-grpo-s1", "p1", 1)
                             + _outcomes("learning-grpo-s2", "p2", 1), schema=OUTCOME_SCHEMA)  # fmt: skip
@@ -59,7 +59,7 @@ def test_recorded_outcomes_fill_runs_missing_from_storage_and_nothing_recorded_i
 
 
 def test_an_unreadable_outcomes_file_is_named(tmp_path):
-    from coevolve.benchmarks.learning import recorded_outcomes
+    from coevolve.benchmarks.learning.outcomes import recorded_outcomes
 
     assert recorded_outcomes(tmp_path / "none.parquet").height == 0
     (tmp_path / "bad.parquet").write_text("not parquet")
@@ -71,7 +71,7 @@ def test_an_unreadable_outcomes_file_is_named(tmp_path):
 
 
 def test_first_seed_runs_the_later_seeds_and_reports_every_seed():
-    from coevolve.benchmarks.learning import Plan
+    from coevolve.benchmarks.learning.plan import Plan
 
     plan = Plan.make(quick=False, seeds=3, arms=["grpo", "coevolve", "no-rare"], first_seed=1)
     assert plan.runs() == [("grpo", 1), ("coevolve", 1), ("grpo", 2), ("coevolve", 2)]
@@ -81,7 +81,7 @@ def test_first_seed_runs_the_later_seeds_and_reports_every_seed():
 
 
 def test_report_names_runs_as_arms_with_seed_ranges():
-    from coevolve.benchmarks.learning import describe_runs
+    from coevolve.benchmarks.learning.report import describe_runs
 
     runs = ["learning-grpo-s0", "learning-coevolve-s0", "learning-no-verify-s0", "learning-grpo-s1",
             "learning-coevolve-s1", "learning-grpo-s2", "learning-grpo-s5"]  # fmt: skip
@@ -89,7 +89,7 @@ def test_report_names_runs_as_arms_with_seed_ranges():
 
 
 def test_teacher_output_counts_candidates_by_status_and_folds_reasons(tmp_path):
-    from coevolve.benchmarks.learning import rejection_reasons, teacher_output
+    from coevolve.benchmarks.learning.tables import rejection_reasons, teacher_output
     from coevolve.storage.layout import RunLayout
     from coevolve.storage.store import RunStore
 
@@ -125,7 +125,7 @@ def test_teacher_output_counts_candidates_by_status_and_folds_reasons(tmp_path):
 
 
 def test_revisited_counts_tasks_rolled_out_in_two_rounds_and_ignores_other_sources(tmp_path):
-    from coevolve.benchmarks.learning import evolution_counts
+    from coevolve.benchmarks.learning.tables import evolution_counts
     from coevolve.storage.layout import RunLayout
     from coevolve.storage.store import RunStore
 
@@ -146,7 +146,7 @@ def test_revisited_counts_tasks_rolled_out_in_two_rounds_and_ignores_other_sourc
 
 
 def test_exploration_breadth_counts_calls_beyond_the_explored_tasks_solution(tmp_path):
-    from coevolve.benchmarks.learning import exploration_breadth
+    from coevolve.benchmarks.learning.tables import exploration_breadth
     from coevolve.storage.layout import RunLayout
     from coevolve.storage.store import RunStore
 
@@ -175,7 +175,8 @@ def test_exploration_breadth_counts_calls_beyond_the_explored_tasks_solution(tmp
 
 
 def test_quick_plan_runs_and_reports(tmp_path, monkeypatch, prefect_api):
-    from coevolve.benchmarks.learning import Plan, run_benchmark
+    from coevolve.benchmarks.learning.plan import Plan
+    from coevolve.benchmarks.learning.runs import run_benchmark
 
     monkeypatch.setenv("COEVOLVE_HOME", str(tmp_path / "runs"))
     assert Plan.make(quick=True).arms == ("grpo", "coevolve") and Plan.make(quick=False).seeds == 3
@@ -227,7 +228,8 @@ def test_quick_plan_runs_and_reports(tmp_path, monkeypatch, prefect_api):
 
 
 def test_evolving_arms_need_evolution_in_the_config():
-    from coevolve.benchmarks.learning import Plan, run_benchmark
+    from coevolve.benchmarks.learning.plan import Plan
+    from coevolve.benchmarks.learning.runs import run_benchmark
 
     with pytest.raises(ValueError, match="evolve.every"):
         run_benchmark(Plan.make(quick=True, config=CONFIGS / "test-tiny.yaml", arms=["coevolve"]), None)
@@ -236,7 +238,8 @@ def test_evolving_arms_need_evolution_in_the_config():
 
 
 def test_runs_in_parallel_processes_land_in_the_same_storage(tmp_path, monkeypatch, prefect_api):
-    from coevolve.benchmarks.learning import Plan, run_benchmark
+    from coevolve.benchmarks.learning.plan import Plan
+    from coevolve.benchmarks.learning.runs import run_benchmark
 
     monkeypatch.setenv("COEVOLVE_HOME", str(tmp_path / "runs"))
     plan = Plan.make(quick=True, config=CONFIGS / "test-tiny.yaml", rounds=1, arms=["grpo", "coevolve"],
@@ -252,12 +255,13 @@ def test_runs_in_parallel_processes_land_in_the_same_storage(tmp_path, monkeypat
 def test_a_failed_run_process_is_named_with_its_log(tmp_path, monkeypatch):
     import sys
 
-    import coevolve.benchmarks.learning as learning
+    from coevolve.benchmarks.learning import runs
+    from coevolve.benchmarks.learning.plan import Plan
 
     fake_command = lambda plan, arm, seed, root: [sys.executable, "-c", f"raise SystemExit({int(arm == 'grpo') * 3})"]  # noqa: E731
-    monkeypatch.setattr(learning, "run_command", fake_command)
-    plan = learning.Plan.make(quick=True, jobs=2)
+    monkeypatch.setattr(runs, "run_command", fake_command)
+    plan = Plan.make(quick=True, jobs=2)
     with pytest.raises(RuntimeError, match=r"runs failed: learning-grpo-s0 \(exit 3, log .*learning-grpo-s0.log\)$"):
-        learning.run_arms(plan, tmp_path)
+        runs.run_arms(plan, tmp_path)
     with pytest.raises(ValueError, match="jobs must be >= 1"):
-        learning.Plan.make(quick=True, jobs=0)
+        Plan.make(quick=True, jobs=0)

@@ -1,0 +1,139 @@
+"""`coevolve bench learning`: the learning benchmark's options, where its outputs go, and its result row.
+
+    coevolve bench learning --quick
+    coevolve bench learning --seeds 16 --first-seed 10 --arms grpo coevolve \
+        --out benchmarks/results/learning/<record>
+
+The outputs go next to the runs (`<storage root>/learning-report/`) unless `--out` names a folder, so a
+trial run never overwrites a committed record under `benchmarks/results/learning/`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+
+from coevolve.benchmarks.learning.outcomes import reported_outcomes
+from coevolve.benchmarks.learning.plan import ARMS, DEFAULT_CONFIG, Plan
+from coevolve.benchmarks.learning.report import report
+from coevolve.benchmarks.learning.runs import prepare, run_arms
+from coevolve.benchmarks.learning.statistics import differences
+from coevolve.benchmarks.record import REPO, RESULTS, command_line, figure, record_result
+from coevolve.benchmarks.suite import argument_parser
+from coevolve.rl.warm_start import WarmStart
+
+REPORT_FOLDER = "learning-report"
+"""Default output folder, under the storage root."""
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argument_parser("learning")
+    parser.add_argument("--quick", action="store_true", help="grpo and coevolve, one seed, 2 rounds, 8 eval tasks per split")
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="config every arm starts from")
+    parser.add_argument("--rounds", type=int, help="rounds per run (default: the config's run.rounds; --quick 2)")
+    parser.add_argument("--seeds", type=int, help="seeds of grpo and coevolve (default 3, --quick 1; ablations: seed 0)")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="run only seeds >= this; the report still covers seeds 0.. (from storage, or from "
+                             "the outcomes.parquet an earlier invocation of the same plan wrote to --out)")
+    parser.add_argument("--arms", nargs="+", choices=list(ARMS), default=[], metavar="ARM",
+                        help=f"run only these arms ({', '.join(ARMS)})")
+    parser.add_argument("--arm", dest="arms", action="append", choices=list(ARMS), metavar="ARM",
+                        help="one arm (repeatable)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], help="config override KEY=VALUE")
+    parser.add_argument("--warm-start-tasks", type=int, default=WarmStart.tasks,
+                        help="reference episodes of the supervised warm start every arm starts from (0: none)")
+    parser.add_argument("--teacher-tasks", type=int, default=WarmStart.tasks,
+                        help="tasks of the evolving arms' own teacher build (abstraction and reflection replies "
+                             "each; 0: the config's teacher)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="runs at once, each in its own process with the cores split between them")
+    parser.add_argument("--share", action=argparse.BooleanOptionalAction, default=True,
+                        help="start each arm as a fork of the grpo run of its seed, so the stages they compute "
+                             "identically run once")
+    parser.add_argument("--report-only", action="store_true",
+                        help="write the report from the stored runs without running anything")
+    parser.add_argument("--root", type=Path, help="storage root (default: COEVOLVE_HOME or runs/)")
+    parser.add_argument("--out", type=Path,
+                        help=f"where report.md, curves and outcomes.parquet go (default: <root>/{REPORT_FOLDER}; "
+                             "a committed record: benchmarks/results/learning/<record>)")
+    return parser
+
+
+def plan_of(args: argparse.Namespace) -> Plan:
+    return Plan.make(quick=args.quick, config=args.config, rounds=args.rounds, seeds=args.seeds,
+                     arms=args.arms, overrides=args.overrides, warm_start_tasks=args.warm_start_tasks,
+                     teacher_tasks=args.teacher_tasks, jobs=args.jobs, share=args.share,
+                     first_seed=args.first_seed)  # fmt: skip
+
+
+def output_folder(args: argparse.Namespace, root: Path) -> Path:
+    """`--out`, else `<root>/learning-report`: never a committed record unless named."""
+    return args.out if args.out is not None else root / REPORT_FOLDER
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    cli = parser()
+    args = cli.parse_args(argv)
+    if args.root is not None:
+        os.environ["COEVOLVE_HOME"] = str(args.root)
+    try:
+        plan, root = prepare(plan_of(args), build=False)  # a config or plan mistake fails before any run
+    except ValueError as exc:  # ConfigError is a ValueError too
+        cli.error(str(exc))
+    if not args.report_only:
+        _check_prefect_api(cli)
+        _quiet_transformers()
+        plan, root = prepare(plan_of(args))
+    out = output_folder(args, root)
+    print(report(root, plan, out, run_arms(plan, root) if not args.report_only else {}))
+    row = record_result("learning", headline(root, plan, out), command=command_line("learning", argv),
+                        variant=_variant(args, out), outputs=_shown(out))  # fmt: skip
+    print(f"figures appended to {row['benchmark']}.jsonl; outputs in {out}")
+
+
+def headline(root: Path, plan: Plan, out: Path) -> dict[str, dict]:
+    """The result row's figures: coevolve - grpo per split and on both (with the bootstrap interval), and
+    each arm's final held-out success on `test`."""
+    evals, _ = reported_outcomes(root, plan, out)
+    figures = {f"coevolve - grpo, {split}": figure(100 * got[0], "points", (100 * got[1], 100 * got[2]))
+               for split, got in differences(evals, "coevolve", "grpo", updates=plan.rounds).items()
+               if got is not None}  # fmt: skip
+    final = evals.filter((pl.col("updates") == plan.rounds) & (pl.col("split") == "test"))
+    for (arm,), rows in sorted(final.group_by("arm")):
+        figures[f"{arm} final test success"] = figure(100 * rows["success"].mean(), "%")
+    figures["seeds"] = figure(evals["seed"].n_unique(), "")
+    return figures
+
+
+def _variant(args: argparse.Namespace, out: Path) -> str:
+    """`quick`, or the record's folder name when the outputs go to a committed record, else `scratch`."""
+    if args.quick:
+        return "quick"
+    return out.name if out.resolve().is_relative_to(RESULTS.resolve()) else "scratch"
+
+
+def _shown(out: Path) -> str:
+    try:
+        return str(out.resolve().relative_to(REPO))
+    except ValueError:
+        return ""  # a scratch folder means nothing to another reader
+
+
+def _check_prefect_api(cli: argparse.ArgumentParser) -> None:
+    from coevolve.flows.serve import api_problem
+
+    problem = api_problem(required=False)
+    if problem:
+        cli.exit(2, f"error: {problem}\n")
+
+
+def _quiet_transformers() -> None:
+    """Keep the terminal for the runs' progress and summary lines when `coevolve` asked libraries to be quiet."""
+    if os.environ.get("TRANSFORMERS_VERBOSITY") == "error":
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()

@@ -1,0 +1,180 @@
+"""The learning benchmark's outputs: `report.md` (held-out success, coevolve - grpo, per-run tables),
+`curves.parquet`, `curves.png`, and `outcomes.parquet`, the record a later invocation adds seeds to."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import polars as pl
+
+from coevolve.benchmarks.learning.outcomes import OUTCOMES, curves, reported_outcomes
+from coevolve.benchmarks.learning.plan import ARMS, Plan, run_name
+from coevolve.benchmarks.learning.statistics import differences, summary
+from coevolve.benchmarks.learning.tables import (
+    FEEDBACK_STAGES,
+    STAGE_ORDER,
+    accepted_per_round,
+    evolution_counts,
+    exploration_breadth,
+    rejection_reasons,
+    stage_seconds,
+    teacher_output,
+)
+
+
+def markdown_table(frame: pl.DataFrame, percent: Sequence[str] = ()) -> str:
+    def cell(column: str, value: object) -> str:
+        if value is None:
+            return "-"
+        if column in percent:
+            return f"{100 * float(value):.1f} %"
+        return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    lines += ["| " + " | ".join(cell(c, v) for c, v in zip(frame.columns, row, strict=True)) + " |"
+              for row in frame.iter_rows()]  # fmt: skip
+    return "\n".join(lines)
+
+
+def plot(curve: pl.DataFrame, path: Path) -> None:
+    try:
+        import matplotlib
+    except ImportError:
+        print("matplotlib is not installed (pip install matplotlib): no curves.png")
+        return
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    splits = sorted(curve["split"].unique())
+    fig, axes = plt.subplots(1, len(splits), figsize=(5.5 * len(splits), 4), squeeze=False)
+    mean = curve.group_by("arm", "split", "updates").agg(pl.col("success").mean()).sort("updates")
+    seeds = dict(curve.group_by("arm").agg(pl.col("seed").unique().sort()).iter_rows())
+    for ax, split in zip(axes[0], splits, strict=True):
+        for arm in [a for a in ARMS if a in set(mean["arm"])]:
+            rows = mean.filter((pl.col("arm") == arm) & (pl.col("split") == split))
+            style = "-" if arm in ("grpo", "coevolve") else ":"
+            label = f"{arm} (seed {seeds[arm][0]})" if len(seeds[arm]) == 1 else f"{arm} (mean of {len(seeds[arm])} seeds)"
+            ax.plot(rows["updates"], 100 * rows["success"], style, marker="o", label=label)
+        ax.set(title=f"held-out success: {split}", xlabel="GRPO updates", ylabel="success (%)")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def stage_table(seconds: pl.DataFrame) -> pl.DataFrame:
+    wide = seconds.pivot(on="stage", index="run", values="seconds").sort("run")
+    return wide.select("run", *[s for s in STAGE_ORDER if s in wide.columns])
+
+
+def _warm_start_line(plan: Plan) -> str:
+    if plan.warm_start is None:
+        line = "No warm start: every arm starts from the config's model."
+    else:
+        ws = plan.warm_start
+        teacher = f" and {ws.tasks} teacher abstraction examples" if ws.teacher else ""
+        line = (f"Every arm starts from the same checkpoint, warm start: {ws.tasks} reference episodes{teacher} of "
+                f"the training families (disjoint from every split), {ws.epochs} epochs, lr {ws.lr} (rl/warm_start.py).")  # fmt: skip
+    if plan.teacher_model is None:
+        return line + " The evolving arms' teacher is the config's."
+    return (line + f" The evolving arms' teacher (`teacher.type: local`) is `{plan.teacher_model}`: that checkpoint "
+            f"fine-tuned on {plan.teacher.tasks} abstraction and {plan.teacher.tasks} reflection replies, and an "
+            f"exploration episode for each of them that lists a variant, for fresh training-family tasks "
+            f"(evolution/warm_start.py).")  # fmt: skip
+
+
+def describe_runs(runs: Sequence[str]) -> str:
+    """Run names of this benchmark as arms with seed ranges, e.g. `grpo s0-9, 13; coevolve s0-9`."""
+    seeds: dict[str, list[int]] = {}
+    for name in runs:
+        arm, _, seed = name.removeprefix("learning-").rpartition("-s")
+        seeds.setdefault(arm, []).append(int(seed))
+    return "; ".join(f"{arm} s{seed_ranges(numbers)}" for arm, numbers in seeds.items())
+
+
+def seed_ranges(seeds: Sequence[int]) -> str:
+    """`[0, 1, 2, 5]` -> `0-2, 5`."""
+    spans: list[list[int]] = []
+    for seed in sorted(set(seeds)):
+        if spans and seed == spans[-1][1] + 1:
+            spans[-1][1] = seed
+        else:
+            spans.append([seed, seed])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def _provenance_lines(from_record: Sequence[str], missing: Sequence[str], out: Path) -> list[str]:
+    lines = []
+    if from_record:
+        lines += [f"Held-out outcomes of {describe_runs(from_record)} come from `{out / OUTCOMES}`, recorded by "
+                  "an earlier invocation of this plan: those runs are not in this storage root, so the per-run "
+                  "tables below leave them out.", ""]  # fmt: skip
+    if missing:
+        lines += [f"No held-out outcomes of this plan yet for {describe_runs(missing)}: the tables leave them out.",
+                  ""]  # fmt: skip
+    return lines
+
+
+def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
+    planned = [run_name(arm, seed) for arm, seed in plan.reported_runs()]
+    evals, record = reported_outcomes(root, plan, out)
+    names = [n for n in planned if (root / f"run={n}").exists()]  # the runs the tables below read
+    from_record = sorted(set(evals["run"]) - set(names), key=planned.index)
+    missing = [n for n in planned if n not in set(evals["run"])]
+    curve = curves(evals)
+    out.mkdir(parents=True, exist_ok=True)
+    from coevolve.storage.parquet import write_table, write_text_atomic
+
+    write_table(record.to_arrow(), out / OUTCOMES)  # the only copy of runs whose storage is gone: atomic
+    write_table(curve.to_arrow(), out / "curves.parquet")
+    plot(curve, out / "curves.png")
+    final = plan.rounds
+    parts = [f"# Learning benchmark ({time.strftime('%Y-%m-%d')})", "",
+             f"config `{plan.config}`, {plan.rounds} rounds, planned runs {describe_runs(planned)}, "
+             f"overrides {' '.join(plan.overrides) or '(none)'}", "", _warm_start_line(plan), "",
+             *_provenance_lines(from_record, missing, out),
+             "## Held-out success per arm (mean over seeds)", "",
+             markdown_table(summary(curve, final), percent=("baseline", "final", "best")), ""]  # fmt: skip
+    parts += ["## coevolve - grpo after the last update (bootstrap 95 % interval over seeds and tasks)", ""]
+    for split, got in differences(evals, "coevolve", "grpo", updates=final).items():
+        if got is not None or split != "both splits":
+            parts.append(f"- {split}: " + ("n/a" if got is None else
+                         f"{100 * got[0]:+.1f} points [{100 * got[1]:+.1f}, {100 * got[2]:+.1f}]"))  # fmt: skip
+    seconds = stage_seconds(root, names)
+    feedback = (
+        seconds.with_columns(feedback=pl.col("stage").is_in(FEEDBACK_STAGES))
+        .group_by("run")
+        .agg(stages_s=pl.col("seconds").sum(), feedback_s=pl.col("seconds").filter(pl.col("feedback")).sum(),
+             forked_stages=pl.col("forked").sum())
+    )
+    per_run = (
+        evolution_counts(root, names)
+        .join(feedback, on="run", how="left")
+        .with_columns(
+            feedback_share=pl.col("feedback_s") / pl.col("stages_s"),
+            wall_s=pl.col("run").replace_strict(wall, default=None, return_dtype=pl.Float64),
+        )
+    )
+    parts += ["", "## Per run: signals, admitted tasks, generated tokens, time", "",
+              markdown_table(per_run.sort("run"), percent=("feedback_share",)), "",
+              "`revisited`: tasks drawn for rollouts in two or more rounds, the only ones the forgetting signal "
+              "can fire on. `stages_s`: the stages' own seconds, round 0's counted in every arm that forked it; "
+              "`wall_s`: what this invocation spent on the run (a few seconds for a run finished by an earlier "
+              "one).", "",
+              "## Wall seconds per stage (sum over rounds)", "",
+              markdown_table(stage_table(seconds)), "",
+              "## Synthesized tasks admitted per round", "",
+              markdown_table(accepted_per_round(root, names)), "",
+              "## The teacher's explorations, its candidates and their verdicts", "",
+              "Distinct calls that ran in the exploration groups, and those that are no call of the explored "
+              "task's reference solution:", "",
+              markdown_table(exploration_breadth(root, names)), "",
+              markdown_table(teacher_output(root, names)), "",
+              "Most frequent reasons a candidate was not `ok` or was discarded (JSON, ids and numbers folded):", "",
+              markdown_table(rejection_reasons(root, names)), ""]  # fmt: skip
+    text = "\n".join(parts)
+    write_text_atomic(text, out / "report.md")
+    return text

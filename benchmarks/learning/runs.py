@@ -1,0 +1,150 @@
+"""Running the learning benchmark's plan: every arm through the real `coevolve` flow, in this process or
+in `coevolve run` processes, each arm starting as a fork of the grpo run of its seed.
+
+Round 0's baseline, rollout, update and evaluation do not depend on the data evolution, so they are
+computed once per seed (by grpo) and copied into the other arms (`flows.fork`; their manifests say
+`forked_from`). Re-running recomputes nothing that is complete: an interrupted benchmark continues.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from coevolve.benchmarks.learning.plan import ARMS, Plan, run_name, run_overrides
+from coevolve.benchmarks.learning.report import report
+
+
+def share_with_grpo(plan: Plan, root: Path, arm: str, seed: int) -> list[tuple[int, str]]:
+    """Start a new run of `arm` as a fork of the grpo run of its seed (`flows.fork`): the stages its
+    config computes identically (round 0's baseline, rollout, update and evaluation, as the data evolves
+    from round 0 on) are copied, not computed again. Returns the copied (round, stage) pairs; nothing when
+    sharing is off, the run exists already or the grpo run has not run yet."""
+    from coevolve.storage.layout import RunLayout
+
+    source, target = run_name("grpo", seed), run_name(arm, seed)
+    if (arm == "grpo" or not plan.share or RunLayout(root, target).rounds()
+            or not RunLayout(root, source).config_path.exists()):  # fmt: skip
+        return []
+    from coevolve.config import load_config
+    from coevolve.flows.fork import fork_run
+
+    copied = fork_run(load_config(plan.config, run_overrides(plan, arm, seed)), root, source, target, plan.rounds)
+    print(f"--- {target}: forked from {source}, {len(copied)} stages copied "
+          f"({', '.join(f'{s}[{r}]' for r, s in copied) or 'none'})", flush=True)  # fmt: skip
+    return copied
+
+
+def run_arms(plan: Plan, root: Path) -> dict[str, float]:
+    """Run (or finish) every run of `plan` through the real flow; returns wall seconds per run."""
+    if plan.jobs > 1:
+        return run_arms_in_processes(plan, root)
+    from coevolve.flows.coevolve import coevolve
+
+    seconds = {}
+    for arm, seed in plan.runs():
+        name = run_name(arm, seed)
+        print(f"--- {name}: {plan.rounds} rounds, overrides {' '.join(ARMS[arm]) or '(none)'}", flush=True)
+        started = time.perf_counter()
+        overrides = run_overrides(plan, arm, seed)
+        if arm == "grpo" and plan.share and plan.rounds > 1:
+            # round 0 first: the seed's other arms fork it while its checkpoint is still kept
+            coevolve(str(plan.config), run=name, rounds=1, overrides=overrides)
+            for other, other_seed in plan.runs():
+                if other_seed == seed:
+                    share_with_grpo(plan, root, other, seed)
+        share_with_grpo(plan, root, arm, seed)
+        coevolve(str(plan.config), run=name, rounds=plan.rounds, overrides=overrides)
+        seconds[name] = time.perf_counter() - started
+    return seconds
+
+
+def run_command(plan: Plan, arm: str, seed: int, root: Path) -> list[str]:
+    """The `coevolve run` command line of one run."""
+    sets = [arg for override in run_overrides(plan, arm, seed) for arg in ("--set", override)]
+    return [sys.executable, "-m", "coevolve.flows.cli", "run", str(plan.config), "--run", run_name(arm, seed),
+            "--rounds", str(plan.rounds), "--root", str(root), *sets]  # fmt: skip
+
+
+def run_arms_in_processes(plan: Plan, root: Path) -> dict[str, float]:
+    """`plan.jobs` runs at a time, each a `coevolve run` process with `cores // jobs` threads, its output
+    in `<root>/learning-logs/<run>.log`, reporting to this process's Prefect API when one is set (else
+    each starts an ephemeral one); raises naming every run that failed (the others finish)."""
+    logs = root / "learning-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    threads = str(max(1, (os.cpu_count() or 1) // plan.jobs))
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+    from prefect.settings import PREFECT_API_URL
+
+    if PREFECT_API_URL.value():  # the runs report to this process's Prefect API, else each starts its own
+        env["PREFECT_API_URL"] = PREFECT_API_URL.value()
+    waiting, running, seconds, failed = list(plan.runs()), {}, {}, []
+    while waiting or running:
+        while waiting and len(running) < plan.jobs:
+            arm, seed = waiting.pop(0)
+            name = run_name(arm, seed)
+            log = logs / f"{name}.log"
+            share_with_grpo(plan, root, arm, seed)  # when the grpo run of this seed has finished already
+            print(f"--- {name}: {plan.rounds} rounds, overrides {' '.join(ARMS[arm]) or '(none)'}, log {log}",
+                  flush=True)  # fmt: skip
+            with log.open("w") as out:
+                process = subprocess.Popen(run_command(plan, arm, seed, root), stdout=out,
+                                           stderr=subprocess.STDOUT, env=env)  # fmt: skip
+            running[name] = (process, time.perf_counter(), log)
+        time.sleep(2)
+        for name, (process, started, log) in list(running.items()):
+            if process.poll() is not None:
+                del running[name]
+                seconds[name] = time.perf_counter() - started
+                print(f"--- {name}: {'done' if process.returncode == 0 else 'FAILED'} after "
+                      f"{seconds[name]:.0f} s", flush=True)  # fmt: skip
+                if process.returncode != 0:
+                    failed.append(f"{name} (exit {process.returncode}, log {log})")
+    if failed:
+        raise RuntimeError(f"runs failed: {'; '.join(failed)}")
+    return seconds
+
+
+def prepare(plan: Plan, *, build: bool = True) -> tuple[Plan, Path]:
+    """The plan with the starts every arm shares filled in (the warm-started policy as a `model.name`
+    override, the evolving arms' teacher), and the storage root. `build=False`: only name the checkpoints
+    (a report from stored runs), else build those not built yet. Raises ValueError for a plan the config
+    cannot run."""
+    from coevolve.config import load_config
+    from coevolve.storage.layout import storage_root
+
+    config = load_config(plan.config, list(plan.overrides))
+    if config.evolve.every == 0 and set(plan.arms) - {"grpo"}:
+        raise ValueError(
+            f"{plan.config} sets evolve.every: 0; the evolving arms need F > 0 (--set evolve.every=1)"
+        )
+    root = storage_root(configured=config.storage.root)
+    from coevolve.evolution.warm_start import (
+        teacher_checkpoint,
+        teacher_key,
+        warm_start_checkpoint,
+        warm_start_key,
+    )
+
+    directory, start = root / "warm-start", config.model.name
+    if plan.warm_start is not None:
+        start = (warm_start_checkpoint(config, plan.warm_start, directory) if build
+                 else directory / warm_start_key(config, plan.warm_start))  # fmt: skip
+        plan = replace(plan, overrides=(*plan.overrides, f"model.name={start}"))
+    if plan.teacher is not None and set(plan.arms) - {"grpo"}:
+        teacher = (teacher_checkpoint(config, start, plan.teacher, directory) if build
+                   else directory / teacher_key(config, start, plan.teacher))  # fmt: skip
+        plan = replace(plan, teacher_model=teacher)
+    return plan, root
+
+
+def run_benchmark(plan: Plan, out: Path, *, run: bool = True) -> str:
+    """Run every arm of `plan` (`run=False`: only read the stored runs), write the outputs into `out`,
+    return the report (markdown)."""
+    plan, root = prepare(plan, build=run)
+    wall = run_arms(plan, root) if run else {}
+    return report(root, plan, out, wall)
