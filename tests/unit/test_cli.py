@@ -135,11 +135,15 @@ def test_bad_override_names_the_field(tmp_path):
 # --- a config that changes what the run is ------------------------------------------------------
 
 
-@pytest.mark.parametrize("override", ["model.name=tiny-random-qwen2", "env.name=bfcl"])
-def test_changing_model_or_env_mid_run_is_refused(tmp_path, override):
+@pytest.mark.parametrize("overrides", [
+    ["model.name=tiny-random-qwen2"],
+    ["env.name=bfcl", "env.options={}", "eval.splits=[ae-test]", "dataset.seed_split=ae-train"],
+])  # fmt: skip
+def test_changing_model_or_env_mid_run_is_refused(tmp_path, overrides):
     make_run(tmp_path)
-    text = one_paragraph(invoke("run", str(TINY), "--run", "demo", "--set", override, "--root", str(tmp_path)))
-    field = override.split("=")[0]
+    sets = [arg for override in overrides for arg in ("--set", override)]
+    text = one_paragraph(invoke("run", str(TINY), "--run", "demo", *sets, "--root", str(tmp_path)))
+    field = overrides[0].split("=")[0]
     assert f"changes what run 'demo' is ({field}:" in text
     assert "--run demo-2" in text and "--force" in text
 
