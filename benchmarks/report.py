@@ -37,7 +37,7 @@ def render_figure(name: str, fig: dict) -> str:
     if "interval" in fig:
         low, high = fig["interval"]
         text += f" [{number(low, unit)}, {number(high, unit)}]"
-    return text + ("" if unit in ("", "x") else f" {unit}" if unit != "%" else " %")
+    return text + {"": "", "x": "x"}.get(unit, f" {unit}")
 
 
 def current_rows(results: dict[str, list[dict]]) -> list[dict]:

@@ -114,7 +114,8 @@ def main(argv: Sequence[str] | None = None) -> None:
               f"{rate:7.1f} tokens/s (x{ratio:.2f} of {args.servers[0]} server)  "
               f"{r['tokens']} tokens, {r['replies']} replies", flush=True)
     figures = {label: figure(r["tokens"] / r["seconds"], "tokens/s") for label, r in results.items()}
-    record_result("served-rollout", figures, command=command_line("served-rollout", argv), variant=args.model)
+    threads = f", {args.threads_per_server} thread(s) per server" if args.threads_per_server else ""
+    record_result("served-rollout", figures, command=command_line("served-rollout", argv), variant=args.model + threads)
 
 
 if __name__ == "__main__":
