@@ -53,8 +53,8 @@ class ChatFormat:
         template = getattr(tokenizer, "chat_template", None) or ""
         self.wrap_tool_results = "tool_response" in template
         """Tool results as a user turn of `<tool_response>` blocks where the model's own template does that
-        (Qwen); otherwise as a plain `tool` turn, which SmolLM2 confuses far less with its own replies
-        (format rate of first replies 11/32 against 0/32 in benchmarks/RESULTS.md)."""
+        (Qwen); otherwise as a plain `tool` turn: SmolLM2 imitates the `<tool_response>` user turns of its
+        demonstrations and answers with a made-up tool response (`coevolve bench first-reply-probe`)."""
         start_id, end_id = (tokenizer.convert_tokens_to_ids(t) for t in (START, END))
         if START not in template or not _is_single_token(tokenizer, end_id, END) or start_id is None:
             name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__

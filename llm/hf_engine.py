@@ -280,8 +280,9 @@ def sample_next(logits: Any, sampling: SamplingParams, generator: Any = None) ->
 def _draw(probs: Any, generator: Any) -> Any:
     """One index per row with probability proportional to `probs` [B, V], by inverting the CDF.
 
-    Equivalent to torch.multinomial(probs, 1) but ~40x faster on CPU for a 49k vocabulary. With
-    side="right" a zero-probability token is never chosen, even for u = 0.
+    Equivalent to torch.multinomial(probs, 1), and much faster on CPU for a large vocabulary: one
+    cumulative sum and one binary search per row. With side="right" a zero-probability token is never
+    chosen, even for u = 0.
     """
     import torch
 

