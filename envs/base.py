@@ -179,6 +179,11 @@ class Environment(ABC):
         e.g. exchanges in the tool-call format. By default there are none."""
         return []
 
+    def fresh_tasks(self, families: list[str], n: int, stream: str) -> list[Task]:
+        """`n` new tasks of the given families from the seed stream `stream`, none of any split (the oracle
+        curriculum of the learning benchmark draws them). By default an environment cannot."""
+        raise ValueError(f"environment {self.name!r} cannot generate fresh tasks of a family")
+
     def derive_checker(
         self,
         initial_state: dict[str, Any],

@@ -4,6 +4,8 @@ For every group (one exploration context; with `abstract.single_calls` also each
 teacher answers with a JSON array of tasks; every reply is kept raw next to its parse result, and an
 unparsable reply, an invalid task and a near-duplicate (of another candidate or of a task the dataset
 holds) are `candidates` rows with their status and reason (`evolution.abstraction`).
+With `evolve.curriculum: oracle` (not CoEvolve) the candidates are fresh generator tasks of the families
+the explorations name (`evolution.curriculum`), `abstract.max_tasks_per_group` per exploration.
 `bootstrap-abstract` does the same for round 0's bootstrap exploration, against the seed tasks.
 
     coevolve stage abstract --run demo --round 9
@@ -13,7 +15,8 @@ from __future__ import annotations
 
 from coevolve.core import round_seed
 from coevolve.envs.base import Task
-from coevolve.evolution.abstraction import abstract_groups, build_groups, single_call_groups
+from coevolve.evolution.abstraction import abstract_groups, build_groups, mark_duplicates, single_call_groups
+from coevolve.evolution.curriculum import oracle_candidates
 from coevolve.evolution.exploration import explored_tasks
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.stage import Artifact, Dataset, EnvTasks, Inputs, StageDef, StageResult, Teacher
@@ -32,6 +35,11 @@ def known_tasks(ctx: RunContext, inputs: Inputs) -> list[Task]:
 
 def compute_abstract(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
     cfg = ctx.config.abstract
+    if ctx.config.evolve.curriculum == "oracle":  # not CoEvolve: fresh generator tasks of the families
+        rows = oracle_candidates(ctx.make_env(), inputs["explorations"].rows(), per_target=cfg.max_tasks_per_group,
+                                 stream=f"{ctx.run}:{round_}")
+        rows = mark_duplicates(rows, known_tasks(ctx, inputs), cfg.duplicate_jaccard)
+        return StageResult({"candidates": rows}, _counts(rows))
     groups = build_groups(inputs["triples"].rows(), explored_tasks(inputs["explorations"].rows()))
     if cfg.single_calls:
         groups += single_call_groups(groups)
@@ -41,11 +49,15 @@ def compute_abstract(ctx: RunContext, round_: int, inputs: Inputs) -> StageResul
                                duplicate_jaccard=cfg.duplicate_jaccard, existing=known_tasks(ctx, inputs),
                                seed=round_seed(ctx.config.run.seed, round_, "abstract"), samples=cfg.samples,
                                prefill_effect=cfg.prefill_effect, progress=advance)
+    return StageResult({"candidates": rows}, _counts(rows))
+
+
+def _counts(rows: list[dict]) -> dict[str, int]:
     statuses = [r["status"] for r in rows]
-    return StageResult({"candidates": rows}, {s: statuses.count(s) for s in ("ok", "unparsable", "invalid", "duplicate")})
+    return {s: statuses.count(s) for s in ("ok", "unparsable", "invalid", "duplicate")}
 
 
-CONFIG = ("abstract", "teacher", "env", "run.seed")
+CONFIG = ("abstract", "evolve.curriculum", "teacher", "env", "run.seed")
 
 ABSTRACT = StageDef(
     "abstract", 1,

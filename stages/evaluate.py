@@ -20,8 +20,10 @@ from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.stage import EnvTasks, Inputs, Policy, StageDef, StageResult
 
 CONFIG = ("eval", "env", "model", "rollout.temperature", "rollout.max_new_tokens", "rollout.max_replies",
-          "rollout.max_context_tokens", "run.seed")
-"""What an evaluation depends on besides the policy and the tasks (`baseline` declares the same)."""
+          "rollout.max_context_tokens")
+"""What an evaluation depends on besides the policy and the tasks (`baseline` declares the same). Not the
+run's seed: sampled evaluations draw from a stream fixed per round, so runs that differ only in their seed
+evaluate an equal policy identically (the initial policy's baseline is computed once and shared)."""
 
 
 def eval_sample(tasks: list[Task], split: str, limit: int | None) -> list[Task]:
@@ -35,7 +37,7 @@ def evaluate_policy(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult
     cfg, rollout = ctx.config.eval, ctx.config.rollout
     temperature = 1.0 if cfg.greedy else rollout.temperature
     sampling = SamplingParams(temperature=temperature, max_new_tokens=rollout.max_new_tokens,
-                              greedy=cfg.greedy, seed=round_seed(ctx.config.run.seed, round_, "eval"))
+                              greedy=cfg.greedy, seed=round_seed(0, round_, "eval"))
     limits = EpisodeLimits(rollout.max_replies, rollout.max_context_tokens)
     tasks = {split: eval_sample(split_tasks, split, cfg.max_tasks) for split, split_tasks in inputs["tasks"].items()}
     with ctx.progress(f"round {round_} eval {', '.join(tasks)}", sum(map(len, tasks.values()))) as advance:

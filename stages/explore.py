@@ -9,6 +9,9 @@ explored task) and the episodes as `trajectories`/`steps` with source `explore`.
 `explore.guided: false` (the paper's "random exploration" ablation) ignores the signals: as many random
 worlds of the round's dataset are explored under a generic request and a few random tools.
 
+`evolve.curriculum: oracle` (not CoEvolve: the learning benchmark's ceiling) selects the same signals but
+explores nothing: its rows name the families the abstract stage then draws fresh tasks of.
+
 `bootstrap-explore` is the same stage in round 0 before any rollout: unguided exploration of
 `dataset.bootstrap_worlds` worlds of `dataset.bootstrap_split` by the teacher of the initial policy, the
 first step of D_0's synthesized tasks (`dataset.bootstrap_tasks`).
@@ -23,6 +26,8 @@ import random
 from coevolve.agents.teacher import Teacher as TeacherLLM
 from coevolve.core import content_hash, round_seed
 from coevolve.envs.base import Task
+from coevolve.evolution.curriculum import TEACHER as ORACLE
+from coevolve.evolution.curriculum import oracle_explorations
 from coevolve.evolution.exploration import (
     Target,
     exploration_artifacts,
@@ -98,6 +103,10 @@ def explore_targets(ctx: RunContext, round_: int, teacher: TeacherLLM, targets: 
 
 
 def compute_explore(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
+    if ctx.config.evolve.curriculum == "oracle":  # not CoEvolve: the ceiling of the learning benchmark
+        explorations = oracle_explorations(signal_targets(ctx, round_, inputs))
+        artifacts = exploration_artifacts(explorations, run=ctx.run, round_=round_, teacher=ORACLE)
+        return StageResult(artifacts, {"explorations": len(explorations), "contexts": 0, "episodes": 0})
     if ctx.config.explore.guided:
         targets = signal_targets(ctx, round_, inputs)
     else:
@@ -113,7 +122,7 @@ def compute_bootstrap_explore(ctx: RunContext, round_: int, inputs: Inputs) -> S
     return explore_targets(ctx, round_, inputs["teacher"], targets, "bootstrap-explore")
 
 
-CONFIG = ("explore", "teacher", "env", "run.seed")
+CONFIG = ("explore", "evolve.curriculum", "teacher", "env", "run.seed")
 
 EXPLORE = StageDef(
     "explore", 3,

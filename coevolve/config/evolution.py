@@ -22,6 +22,10 @@ class EvolveConfig(Section):
     last_round: int | None = Field(None, ge=0)
     """The last round that evolves (None: every F-th round of the run). What the final rounds' evolutions
     admit is drawn by no later rollout of the run, so a run can stop evolving early and train on the rest."""
+    curriculum: Literal["teacher", "oracle"] = "teacher"
+    """Where new tasks come from: `teacher` (CoEvolve: re-exploration and abstraction by the teacher LLM) or
+    `oracle` (NOT CoEvolve: the environment's generator draws fresh tasks of the families the signals point
+    at, `evolution.curriculum`; the learning benchmark's ceiling arm)."""
     verify_after_update: bool = False
     """Run the round's data evolution after its GRPO update, so verification attempts (and
     `merge.unsolved_weighting` grades) a candidate with the policy that will draw it, not the one before the

@@ -2,7 +2,12 @@
 
     train / test        : the training families; test uses its own seed stream and never repeats a
                           train task id
+    validation          : the training families, its own seed stream, no id of train or test: the split
+                          that development decisions are made on, so test is only ever reported
     heldout-templates   : families never used in train or test (generalisation to new task shapes)
+
+`generate_family_tasks` draws fresh tasks of some families from a named stream, none of any split: what
+an oracle curriculum would add to the training data.
 
 Task `i` of a split is drawn from family `i mod F` (so families are balanced) with
 `random.Random(f"toolworld:{seed}:{split}:{attempt}")`; string seeds are hashed with SHA-512 by
@@ -22,7 +27,7 @@ from coevolve.envs.toolworld.tools import ToolCatalog
 from coevolve.envs.toolworld.world import World
 
 ENV_NAME = "toolworld"
-SPLITS = ("train", "test", "heldout-templates")
+SPLITS = ("train", "test", "validation", "heldout-templates")
 TRAIN_TEMPLATES: tuple[Template, ...] = families_one_app.TRAIN + families_cross_app.TRAIN
 HELDOUT_TEMPLATES: tuple[Template, ...] = families_one_app.HELDOUT + families_cross_app.HELDOUT
 MAX_ATTEMPTS_PER_TASK = 20
@@ -64,6 +69,27 @@ def generate_split(
             break
         rng = random.Random(f"{ENV_NAME}:{seed}:{split}:{attempt}")
         task = make_task(catalog, families[len(tasks) % len(families)], rng, split)
+        if task.id not in seen:
+            seen.add(task.id)
+            tasks.append(task)
+    return tasks
+
+
+def generate_family_tasks(
+    catalog: ToolCatalog, seed: int, families: Sequence[str], n: int, stream: str, exclude_ids: Collection[str]
+) -> list[Task]:
+    """`n` distinct tasks of the training `families` (in turn) from the seed stream `stream`, none of whose
+    ids is in `exclude_ids` (the splits'); split `fresh`."""
+    by_name = {template.name: template for template in TRAIN_TEMPLATES}
+    unknown = sorted(set(families) - set(by_name))
+    if unknown:
+        raise ValueError(f"no training family {unknown[0]!r}; families: {', '.join(sorted(by_name))}")
+    seen, tasks = set(exclude_ids), []
+    for attempt in range(n * MAX_ATTEMPTS_PER_TASK):
+        if len(tasks) >= n or not families:
+            break
+        rng = random.Random(f"{ENV_NAME}:{seed}:fresh:{stream}:{attempt}")
+        task = make_task(catalog, by_name[families[len(tasks) % len(families)]], rng, "fresh")
         if task.id not in seen:
             seen.add(task.id)
             tasks.append(task)

@@ -25,14 +25,17 @@ def env():
 
 
 def test_splits_sizes_determinism_and_disjointness(env):
-    assert env.splits() == ["train", "test", "heldout-templates"]
-    assert [len(env.tasks(s)) for s in env.splits()] == [200, 48, 48]
+    assert env.splits() == ["train", "test", "validation", "heldout-templates"]
+    assert [len(env.tasks(s)) for s in env.splits()] == [200, 48, 48, 48]
     again = envs.make("toolworld", seed=0)
     for split in env.splits():
         assert [t.id for t in again.tasks(split)] == [t.id for t in env.tasks(split)]
     train_ids = {t.id for t in env.tasks("train")}
     assert len(train_ids) == 200
     assert train_ids.isdisjoint(t.id for t in env.tasks("test"))
+    validation = {t.id for t in env.tasks("validation")}  # its own stream, no task of train or test
+    assert validation.isdisjoint(train_ids) and validation.isdisjoint(t.id for t in env.tasks("test"))
+    assert {t.family for t in env.tasks("validation")} == {t.family for t in env.tasks("train")}
     assert [t.id for t in envs.make("toolworld", seed=1).tasks("train")][:5] != [
         t.id for t in env.tasks("train")
     ][:5]

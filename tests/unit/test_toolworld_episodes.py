@@ -174,4 +174,4 @@ def test_bad_options_and_splits_are_rejected():
     with pytest.raises(ValueError):
         envs.make("toolworld", tools="some")
     with pytest.raises(ValueError):
-        envs.make("toolworld", **SMALL).tasks("validation")
+        envs.make("toolworld", **SMALL).tasks("dev")

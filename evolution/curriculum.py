@@ -1,0 +1,58 @@
+"""The oracle curriculum: NOT CoEvolve, the ceiling the learning benchmark measures it against.
+
+With `evolve.curriculum: oracle` the evolution keeps its signals and its choice of what to explore, but no
+teacher explores or abstracts: for each selected signal, the environment's own generator draws fresh
+tasks of the marked task's family (`Environment.fresh_tasks`, a seed stream disjoint from every split),
+which then go through verification and merge like any candidate. It is the most a teacher could add
+through targeting in a given regime: well-posed tasks of exactly the families the signals point at. A
+family whose tasks have several user turns is left out (candidates hold one query).
+
+    explorations = oracle_explorations(targets)                  # rows: what each signal points at
+    rows = oracle_candidates(env, explorations, per_target=2, stream="run:round")
+"""
+
+from __future__ import annotations
+
+import json
+
+from coevolve.core import content_hash
+from coevolve.envs.base import Environment, Task
+from coevolve.evolution.exploration import Exploration, Target
+from coevolve.evolution.similarity import solution_signature
+
+TEACHER = "oracle-curriculum"
+
+
+def oracle_explorations(targets: list[Target]) -> list[Exploration]:
+    """One exploration per target, without a teacher: its context names the family to draw tasks of."""
+    return [Exploration(t, context={"curriculum": TEACHER, "families": [t.task.family]}, status="oracle",
+                        reason="no teacher: the oracle curriculum draws fresh tasks of the family")
+            for t in targets]  # fmt: skip
+
+
+def oracle_candidates(env: Environment, explorations: list[dict], *, per_target: int, stream: str) -> list[dict]:
+    """`candidates` rows: `per_target` fresh one-turn tasks of each oracle exploration's family."""
+    rows = []
+    for x in explorations:
+        if x["status"] != "oracle":
+            continue
+        families = json.loads(x["context"])["families"]
+        for task in env.fresh_tasks(families, per_target, f"{stream}:{x['exploration_id']}"):
+            if len(task.turns) == 1:
+                rows.append(candidate_row(task, x["exploration_id"], env.name))
+    return rows
+
+
+def candidate_row(task: Task, exploration_id: str, env: str) -> dict:
+    """A generator task as an `ok` candidate (its reference calls as the solution, its answers)."""
+    solution = [call.model_dump() for turn in task.solution or [] for call in turn]
+    answers = [str(a) for turn in task.checker.get("answers") or [] for a in turn]
+    content = {"env": env, "state": task.initial_state, "query": task.turns[0], "solution": solution,
+               "answers": answers}  # fmt: skip
+    return {
+        "candidate_id": content_hash(content), "group_id": content_hash([exploration_id, "oracle"]),
+        "exploration_id": exploration_id, "task_id": task.id, "env": env, "teacher": TEACHER, "status": "ok",
+        "reason": None, "duplicate_of": None, "intent": task.family, "query": task.turns[0],
+        "solution": json.dumps(solution), "answers": json.dumps(answers), "signature": solution_signature(solution),
+        "initial_state": json.dumps(task.initial_state), "raw_reply": "",
+    }

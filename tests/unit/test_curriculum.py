@@ -1,0 +1,42 @@
+"""The oracle curriculum (the learning benchmark's ceiling, not CoEvolve): the signals choose the families,
+the environment's generator draws fresh tasks of them, verification and merge treat them like any
+candidate; no teacher is asked anything."""
+
+from __future__ import annotations
+
+import json
+
+from coevolve.config import load_config
+from coevolve.pipeline.runner import run_stage
+from coevolve.stages import EVOLUTION
+from coevolve.stages.bootstrap import BOOTSTRAP
+from coevolve.stages.rollout import ROLLOUT
+from tests.conftest import CONFIGS, fake_context
+
+
+def test_the_oracle_draws_fresh_tasks_of_the_signalled_families(tmp_path, tokenizer):
+    cfg = load_config(CONFIGS / "test-tiny.yaml", ["evolve.every=1", "evolve.curriculum=oracle",
+                                                   "abstract.max_tasks_per_group=2"])  # fmt: skip
+    ctx = fake_context(cfg, tmp_path, tokenizer)
+
+    def no_teacher(ctx, policy_round):
+        raise AssertionError("the oracle curriculum asked a teacher")
+
+    ctx.teacher_factory = no_teacher
+    for stage in (BOOTSTRAP, ROLLOUT, *EVOLUTION):
+        run_stage(stage, ctx, 0)
+    explorations = ctx.store.read(0, "explore", "explorations").to_pylist()
+    signals = {s["task_id"] for s in ctx.store.read(0, "signals", "signals").to_pylist()}
+    assert explorations and {x["status"] for x in explorations} == {"oracle"}
+    assert {x["task_id"] for x in explorations} <= signals
+    assert ctx.store.read(0, "explore", "trajectories").num_rows == 0  # nothing was explored
+    families = {json.loads(x["task"])["family"] for x in explorations}
+    candidates = ctx.store.read(0, "abstract", "candidates").to_pylist()
+    assert candidates and {c["teacher"] for c in candidates} == {"oracle-curriculum"}
+    assert {c["intent"] for c in candidates} <= families
+    splits = {t.id for split in ("train", "test", "validation", "heldout-templates") for t in ctx.env_tasks(split)}
+    assert not {c["task_id"] for c in candidates} & splits  # fresh: no task of any split
+    verdicts = ctx.store.read(0, "verify", "verifications").to_pylist()
+    assert verdicts and all(v["reason"].startswith("the policy") for v in verdicts)  # well posed: judged by attempts
+    admitted = sum(v["outcome"] != "discard" for v in verdicts)
+    assert ctx.store.manifest(0, "merge").outputs["added_tasks"] == admitted
