@@ -1,9 +1,12 @@
-"""Statistics of the learning benchmark: success per arm over seeds, and the coevolve - grpo difference
-with a bootstrap interval over seeds and tasks."""
+"""Statistics of the learning benchmark: success per arm over seeds; an arm's difference to another with a
+paired bootstrap interval over seeds and tasks and an exact McNemar test on the discordant (seed, task)
+pairs; and the power of a plan, from the spread of per-seed differences measured in pilot runs."""
 
 from __future__ import annotations
 
+import math
 import random
+from statistics import NormalDist
 
 import polars as pl
 
@@ -66,3 +69,56 @@ def differences(evals: pl.DataFrame, a: str, b: str, *, updates: int) -> dict[st
            for split in sorted(evals["split"].unique())}  # fmt: skip
     got["both splits"] = bootstrap_difference(evals, a, b, updates=updates)
     return got
+
+
+def paired_outcomes(evals: pl.DataFrame, a: str, b: str, *, updates: int) -> list[tuple[int, int]]:
+    """(success of `a`, success of `b`) per (seed, split, task) that both arms evaluated after `updates`."""
+    final = evals.filter(pl.col("updates") == updates)
+    table = {(r["arm"], r["seed"], r["split"], r["task_id"]): int(r["success"]) for r in final.iter_rows(named=True)}
+    keys = sorted({k[1:] for k in table if k[0] == a} & {k[1:] for k in table if k[0] == b})
+    return [(table[(a, *k)], table[(b, *k)]) for k in keys]
+
+
+def mcnemar_exact(wins: int, losses: int) -> float:
+    """Two-sided exact McNemar test: the probability, under no difference, of discordant pairs splitting at
+    least this unevenly (binomial with p = 1/2 over the wins + losses discordant pairs)."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    k = min(wins, losses)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def paired_test(evals: pl.DataFrame, a: str, b: str, *, updates: int) -> dict[str, float | int] | None:
+    """Pairs, discordant pairs (`a` alone solved / `b` alone solved) and the exact McNemar p-value of a - b."""
+    pairs = paired_outcomes(evals, a, b, updates=updates)
+    if not pairs:
+        return None
+    wins = sum(x > y for x, y in pairs)
+    losses = sum(x < y for x, y in pairs)
+    return {"pairs": len(pairs), "wins": wins, "losses": losses, "p": mcnemar_exact(wins, losses)}
+
+
+def seed_differences(evals: pl.DataFrame, a: str, b: str, *, updates: int) -> list[float]:
+    """Per seed both arms ran: mean success of `a` minus `b` over the tasks both evaluated."""
+    final = evals.filter(pl.col("updates") == updates, pl.col("arm").is_in([a, b]))
+    per = final.group_by("arm", "seed").agg(success=pl.col("success").cast(pl.Float64).mean())
+    means = {(r["arm"], r["seed"]): r["success"] for r in per.iter_rows(named=True)}
+    return [means[(a, s)] - means[(b, s)] for s in sorted({s for _, s in means}) if (a, s) in means and (b, s) in means]
+
+
+def power(sd: float, effect: float, seeds: int, *, alpha: float = 0.05) -> float:
+    """Probability that a two-sided test at `alpha` detects a true mean difference `effect` (success-rate
+    units) from `seeds` seeds whose per-seed differences spread with standard deviation `sd`: the normal
+    approximation, with the seed as the unit (tasks within a seed share one trained model)."""
+    if seeds < 1 or sd <= 0:
+        return 1.0 if sd <= 0 and effect else 0.0
+    z = NormalDist().inv_cdf(1 - alpha / 2)
+    shift = effect / (sd / math.sqrt(seeds))
+    return NormalDist().cdf(shift - z) + NormalDist().cdf(-shift - z)
+
+
+def seeds_for_power(sd: float, effect: float, *, target: float = 0.8, alpha: float = 0.05, most: int = 200) -> int | None:
+    """The fewest seeds reaching `target` power for `effect` (None: not within `most`)."""
+    return next((n for n in range(2, most + 1) if power(sd, effect, n, alpha=alpha) >= target), None)

@@ -1,0 +1,42 @@
+"""The learning benchmark's paired statistics against values computed by hand."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from coevolve.benchmarks.learning.statistics import (
+    mcnemar_exact,
+    paired_test,
+    power,
+    seed_differences,
+    seeds_for_power,
+)
+
+
+def evals(rows: list[tuple[str, int, str, int]]) -> pl.DataFrame:
+    return pl.DataFrame([{"arm": a, "seed": s, "split": "test", "task_id": t, "success": bool(x), "updates": 3}
+                         for a, s, t, x in rows])  # fmt: skip
+
+
+def test_mcnemar_is_the_two_sided_binomial_tail_of_the_discordant_pairs():
+    assert mcnemar_exact(10, 2) == pytest.approx(2 * (1 + 12 + 66) / 4096)
+    assert mcnemar_exact(2, 10) == mcnemar_exact(10, 2)
+    assert mcnemar_exact(3, 3) == 1.0 and mcnemar_exact(0, 0) == 1.0
+    assert mcnemar_exact(6, 0) == pytest.approx(2 / 64)
+
+
+def test_paired_test_counts_pairs_both_arms_evaluated():
+    table = evals([("a", 0, "t1", 1), ("b", 0, "t1", 0), ("a", 0, "t2", 0), ("b", 0, "t2", 0),
+                   ("a", 1, "t1", 1), ("b", 1, "t1", 1), ("a", 1, "t2", 1), ("b", 1, "t2", 0),
+                   ("a", 2, "t1", 1)])  # seed 2 only for a: not a pair  # fmt: skip
+    assert paired_test(table, "a", "b", updates=3) == {"pairs": 4, "wins": 2, "losses": 0, "p": 0.5}
+    assert seed_differences(table, "a", "b", updates=3) == [0.5, 0.5]
+
+
+def test_power_grows_with_seeds_and_reaches_the_target():
+    assert power(0.1, 0.05, 4) < power(0.1, 0.05, 16) < power(0.1, 0.05, 64)
+    assert power(0.1, 0.0, 10) == pytest.approx(0.05)  # no effect: the test's size
+    n = seeds_for_power(0.1, 0.05)
+    assert power(0.1, 0.05, n) >= 0.8 > power(0.1, 0.05, n - 1)
+    assert n == 32  # (1.96 + 0.84)^2 x (0.1 / 0.05)^2 = 31.4
