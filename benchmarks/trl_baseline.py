@@ -67,6 +67,17 @@ import torch
 from coevolve.benchmarks.record import command_line, figure, record_result
 from coevolve.benchmarks.suite import argument_parser
 
+TRL_MISSING = "this benchmark runs TRL's GRPOTrainer, an optional extra: pip install 'coevolve[trl]'"
+
+
+def require_trl() -> None:
+    """Exit with one line naming the extra when TRL (or its `datasets`) is not installed."""
+    try:
+        import datasets  # noqa: F401
+        import trl  # noqa: F401
+    except ImportError:
+        raise SystemExit(f"error: {TRL_MISSING}") from None
+
 
 def trl_update_seconds(
     model,
@@ -90,6 +101,7 @@ def trl_update_seconds(
     Returns ``seconds`` (the timed step), ``policy_tokens`` (completion tokens with mask 1),
     ``tokens_per_second``, ``sequences`` and ``notes``.
     """
+    require_trl()
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -315,6 +327,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--lr", type=float, default=1e-5)
     parser.add_argument("--warmup", type=int, default=0)
     args = parser.parse_args(argv)
+    require_trl()  # before loading the model
 
     from coevolve.llm.models import load_model
 

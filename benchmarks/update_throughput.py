@@ -29,7 +29,7 @@ import torch
 
 from coevolve.benchmarks.record import command_line, figure, record_result
 from coevolve.benchmarks.suite import argument_parser
-from coevolve.benchmarks.trl_baseline import synthetic_samples, trl_update_seconds
+from coevolve.benchmarks.trl_baseline import require_trl, synthetic_samples, trl_update_seconds
 from coevolve.rl.batch import SampleBatch
 from coevolve.rl.update import UpdateHyperparams, grpo_update, make_optimizer
 
@@ -77,6 +77,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--variants", nargs="+", default=["plain", "shared", "shared+lora", "trl"])
     parser.add_argument("--repeats", type=int, default=1, help="time each of ours this many times (best)")
     args = parser.parse_args(argv)
+    if "trl" in args.variants:
+        require_trl()  # before timing the other variants
 
     from coevolve.llm.models import load_model
 

@@ -44,7 +44,7 @@ from typing import Any
 
 import yaml
 
-from coevolve.config import CoevolveConfig
+from coevolve.config import CoevolveConfig, ConfigError, find_config
 from coevolve.executors.processes import die_with_parent
 from coevolve.storage.parquet import write_text_atomic
 
@@ -64,9 +64,11 @@ def launch_update(
     job_dir: Path,
 ) -> dict[str, float]:
     """Run the update of `round_` under `accelerate launch`; returns the metrics process 0 wrote."""
-    launcher = Path(config.train.accelerate_config or "")
-    if not launcher.is_file():
-        raise FileNotFoundError(f"train.accelerate_config: no accelerate config file at {str(launcher)!r}")
+    try:  # a relative path not found here falls back to the packaged configs/accelerate/ files
+        launcher = find_config(config.train.accelerate_config or "")
+    except ConfigError:
+        raise FileNotFoundError(f"train.accelerate_config: no accelerate config file at "
+                                f"{config.train.accelerate_config!r}") from None
     sharding, machines = sharding_of(launcher), machines_of(launcher)
     if sharding is not None and config.train.lora_rank:
         raise ValueError(f"train.accelerate_config: {launcher} shards the weights (FSDP), which needs full "

@@ -15,7 +15,14 @@ from coevolve.config.evolution import (
     SignalsConfig,
     VerifyConfig,
 )
-from coevolve.config.loading import ConfigError, apply_override, load_config, parse_config
+from coevolve.config.loading import (
+    ConfigError,
+    apply_override,
+    find_config,
+    load_config,
+    packaged_configs,
+    parse_config,
+)
 from coevolve.config.models import (
     CoevolveConfig,
     DatasetConfig,
@@ -37,5 +44,6 @@ __all__ = [
     "MOVED_FIELDS", "SIGNAL_KINDS", "AbstractConfig", "CoevolveConfig", "ConfigError", "DatasetConfig", "EnvConfig", "EvalConfig",
     "EvolveConfig", "ExploreConfig", "LocalTeacherConfig", "MergeConfig", "ModelConfig", "OpenAITeacherConfig",
     "PolicyTeacherConfig", "RolloutConfig", "RunSection", "RuntimeSection", "SignalsConfig", "StorageSection",
-    "TeacherConfig", "TrainConfig", "VerifyConfig", "apply_override", "load_config", "parse_config",
+    "TeacherConfig", "TrainConfig", "VerifyConfig", "apply_override", "find_config", "load_config",
+    "packaged_configs", "parse_config",
 ]

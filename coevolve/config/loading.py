@@ -4,6 +4,10 @@
 
 Any problem (missing file, bad YAML, unknown key, bad value, malformed override) raises `ConfigError`
 with one message naming the file and the field.
+
+A config path that is not a file in the working directory falls back to the copy shipped in the package
+(`find_config`): `configs/test-tiny.yaml`, `test-tiny.yaml` and `test-tiny` all find the packaged
+`test-tiny.yaml`, so an installed `coevolve run test-tiny` works from any directory.
 """
 
 from __future__ import annotations
@@ -58,10 +62,34 @@ def parse_config(data: Any, *, source: str, overrides: list[str] | tuple[str, ..
         raise ConfigError(f"{source}: {problems}") from None
 
 
-def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> CoevolveConfig:
+def packaged_configs() -> Path:
+    """The folder of the configs shipped in the package (in a checkout: the repository's `configs/`)."""
+    from importlib.resources import files
+
+    return Path(str(files("coevolve.configs")))
+
+
+def find_config(path: str | Path) -> Path:
+    """`path` if it is a file; else, for a relative path, the packaged file of that name: a leading
+    `configs/` is dropped and `.yaml` added when there is no suffix (`configs/accelerate/two-processes.yaml`,
+    `test-tiny.yaml`, `test-tiny`). Raises `ConfigError` listing the packaged configs when neither exists."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {path} not found (see configs/ for examples)")
+    if path.is_file():
+        return path
+    if not path.is_absolute():
+        parts = path.parts[1:] if path.parts[:1] == ("configs",) else path.parts
+        candidate = packaged_configs().joinpath(*parts)
+        if not candidate.suffix:
+            candidate = candidate.with_suffix(".yaml")
+        if candidate.is_file():
+            return candidate
+    shipped = ", ".join(sorted(p.stem for p in packaged_configs().glob("*.yaml")))
+    raise ConfigError(f"config file {path} not found, here or among the packaged configs ({shipped}; "
+                      f"in {packaged_configs()})")
+
+
+def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> CoevolveConfig:
+    path = find_config(path)
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as exc:
