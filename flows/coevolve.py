@@ -10,7 +10,8 @@ rounds beyond the ones the run has completed. Without `config`, an existing run 
 config. Each stage is a Prefect task named after it (`rollout`, `signals`, ...), tagged with the run and
 the round, running the one stage runner (`pipeline.runner.run_stage`); a stage whose manifest matches
 ends in a `Cached` state. Tasks exchange manifests, not frames. Each round logs its summary line to the
-flow run and publishes Prefect artifacts (`flows.summary`).
+flow run, publishes Prefect artifacts (`flows.summary`) and sends its metrics to the configured experiment
+trackers (`flows.tracking`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from prefect.cache_policies import NO_CACHE
 
 from coevolve.flows.runs import resolve_run, rounds_to_run
 from coevolve.flows.summary import publish_round, round_line, round_metrics
+from coevolve.flows.tracking import track_rounds
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.runner import StageRecord, run_stage
 from coevolve.pipeline.stage import StageDef
@@ -97,6 +99,7 @@ def run_rounds(ctx: RunContext, rounds: int, *, force: bool = False) -> list[Rou
         announce(round_line(metrics, reports[-1].cached()), quiet=ctx.quiet)
         if len(reports[-1].cached()) < len(records):
             publish_round(ctx.store, round_)
+        track_rounds(ctx.config, ctx.store.layout, [metrics])
     refresh_catalog(ctx)
     return reports
 

@@ -1,9 +1,9 @@
 """What a run config names must exist: checked before Prefect starts or a model loads.
 
 A config can be valid YAML with valid types and still name a model directory that is not there, an
-environment that is not installed, an option its constructor does not take, or a split it does not
-have. Each becomes one `ConfigError` line naming the field and what it may be, instead of a traceback
-from deep inside a stage.
+environment that is not installed, an option its constructor does not take, a split it does not have, or
+a tracker whose package is missing. Each becomes one `ConfigError` line naming the field and what it may
+be, instead of a traceback from deep inside a stage.
 
     check_run_config(cfg)      # ConfigError("eval.splits: toolworld has no split 'tset'; its splits: ...")
 """
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from coevolve import envs
 from coevolve.config import CoevolveConfig, ConfigError
+from coevolve.flows.tracking import check_trackers
 
 
 def check_run_config(config: CoevolveConfig) -> None:
@@ -22,6 +23,7 @@ def check_run_config(config: CoevolveConfig) -> None:
     check_model("model.name", config.model.name)
     if config.teacher.type == "local":
         check_model("teacher.model", config.teacher.model)
+    check_trackers(config)
     env = check_environment(config.env.name, config.env.options)
     splits = env.splits()
     named = [("eval.splits", s) for s in config.eval.splits]

@@ -37,6 +37,7 @@ from coevolve.config.models import (
     RuntimeSection,
     StorageSection,
     TeacherConfig,
+    TrackingSection,
     TrainConfig,
 )
 
@@ -44,6 +45,6 @@ __all__ = [
     "MOVED_FIELDS", "SIGNAL_KINDS", "AbstractConfig", "CoevolveConfig", "ConfigError", "DatasetConfig", "EnvConfig", "EvalConfig",
     "EvolveConfig", "ExploreConfig", "LocalTeacherConfig", "MergeConfig", "ModelConfig", "OpenAITeacherConfig",
     "PolicyTeacherConfig", "RolloutConfig", "RunSection", "RuntimeSection", "SignalsConfig", "StorageSection",
-    "TeacherConfig", "TrainConfig", "VerifyConfig", "apply_override", "find_config", "load_config",
+    "TeacherConfig", "TrackingSection", "TrainConfig", "VerifyConfig", "apply_override", "find_config", "load_config",
     "packaged_configs", "parse_config",
 ]

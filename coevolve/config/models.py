@@ -246,6 +246,21 @@ class StorageSection(Section):
     """Storage root for runs and the DuckDB catalog (env COEVOLVE_HOME overrides the default)."""
 
 
+class TrackingSection(Section):
+    report_to: tuple[Literal["tensorboard"], ...] = ()
+    """Experiment trackers that receive every round's metrics once, under the names of
+    `flows.summary.round_metrics`, written offline under the run's folder (`run=<run>/tracking/<tracker>/`);
+    empty or `none`: no tracker, as TRL's `report_to`. `tensorboard` needs the extra (`pip install
+    'coevolve[tensorboard]'`); read the curves with `tensorboard --logdir runs`. Not part of any cache key."""
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _one_or_none(cls, value: Any) -> Any:
+        if isinstance(value, str):  # `report_to: tensorboard`, `report_to: none`
+            return () if value == "none" else (value,)
+        return value
+
+
 class CoevolveConfig(Section):
     """Everything a run reads. Saved resolved into the run; each stage's cache key hashes its sections."""
 
@@ -281,6 +296,8 @@ class CoevolveConfig(Section):
     """Where runs are written."""
     runtime: RuntimeSection = RuntimeSection()
     """Where environment episodes run (in process, or Ray actors)."""
+    tracking: TrackingSection = TrackingSection()
+    """Experiment trackers that receive each round's metrics (`report_to`; default none)."""
 
     @model_validator(mode="after")
     def _servers_need_lora(self) -> CoevolveConfig:
