@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from coevolve.core import ToolCall
+from coevolve.envs.answers import answer_found
 from coevolve.envs.base import Environment, Evaluation, Task
-from coevolve.envs.toolworld.checker import answer_found
 from coevolve.evolution.similarity import solution_signature
 from coevolve.llm.replies import short_text
 

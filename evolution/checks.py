@@ -32,9 +32,9 @@ from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass, field
 
+from coevolve.envs.answers import answer_found
 from coevolve.envs.base import Environment, Task
 from coevolve.envs.replay import replay_reference
-from coevolve.envs.toolworld.checker import answer_found
 from coevolve.evolution.candidates import (
     Rejected,
     candidate_task,

@@ -34,27 +34,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from coevolve.core import ToolCall
+from coevolve.envs.answers import answer_found
 from coevolve.envs.base import Evaluation
 from coevolve.envs.toolworld.tools import ToolCatalog
 from coevolve.envs.toolworld.world import World
 
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
-_NUMERIC_ANSWER = re.compile(r"^\d+(?:\.\d+)?$")
-
-
 def money(amount: float) -> str:
     """How money answers are rendered: 2 decimals, no thousands separator."""
     return f"{amount:.2f}"
-
-
-def answer_found(answer: str, reply: str | None) -> bool:
-    """Whether `answer` appears in `reply`: numbers compared by value, other text case-insensitively."""
-    if not reply:
-        return False
-    if _NUMERIC_ANSWER.match(answer):
-        wanted = float(answer)
-        return any(abs(float(token.replace(",", "")) - wanted) < 1e-9 for token in _NUMBER.findall(reply))
-    return answer.lower() in reply.lower()
 
 
 def build_checker(

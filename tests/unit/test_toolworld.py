@@ -9,9 +9,9 @@ from collections import Counter
 import pytest
 
 from coevolve import envs
+from coevolve.envs.answers import answer_found
 from coevolve.envs.base import Task
 from coevolve.envs.replay import replay_reference
-from coevolve.envs.toolworld.checker import answer_found
 from coevolve.envs.toolworld.tasks import HELDOUT_TEMPLATES, TRAIN_TEMPLATES
 from coevolve.envs.toolworld.tools import ToolCatalog
 

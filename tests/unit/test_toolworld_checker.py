@@ -10,8 +10,9 @@ import pytest
 
 from coevolve import envs
 from coevolve.core import ToolCall
+from coevolve.envs.answers import answer_found
 from coevolve.envs.replay import replay_reference
-from coevolve.envs.toolworld.checker import answer_found, money
+from coevolve.envs.toolworld.checker import money
 from tests.unit.tool_world import one_task_per_family
 
 
