@@ -143,9 +143,12 @@ def run(
 
 def _print_finished(ctx, rounds: int) -> None:
     from coevolve.flows.summary import round_line, run_metrics
+    from coevolve.flows.tracking import track_rounds
 
-    for row in run_metrics(ctx.store, rounds):
+    rows = run_metrics(ctx.store, rounds)
+    for row in rows:
         typer.echo(round_line(row, ["all"]).replace("cached: all", "cached"))
+    track_rounds(ctx.config, ctx.store.layout, rows)  # rounds finished before tracking was on
     _print_where(str(ctx.store.layout.root), ctx.run)
 
 
