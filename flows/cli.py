@@ -10,6 +10,7 @@ so `coevolve --help` is instant.
     coevolve sql "SELECT round, avg(reward) FROM trajectories GROUP BY ALL ORDER BY round"   # docs/sql.md
     coevolve runs                                          # runs, rounds, dataset size, success
     coevolve show task 3f2a | coevolve show trajectory 9c  # one task / episode, by id prefix
+    coevolve ui                                            # a read-only web view of the runs (coevolve.ui)
     coevolve env list | coevolve env replay toolworld --split test
 
 Bad input or state (config, run, round, stage name, corrupt artifact, unreachable Prefect server) ends in
@@ -369,6 +370,21 @@ def show(
         from coevolve.flows.render import explain_query_error
 
         _fail(explain_query_error(exc, _root(root)))
+
+
+@app.command()
+def ui(
+    root: RootOption = None,
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8420,
+    host: Annotated[str, typer.Option(help="Address to bind; anyone who reaches it can read the runs.")] = "127.0.0.1",
+) -> None:
+    """A read-only local web view of the runs: curves, rounds, trajectories and their tokens, signals,
+    verification outcomes and each synthesized task's lineage (coevolve.ui)."""
+    if not _root(root).is_dir():
+        _fail(f"no storage root {_root(root)}; start a run with `coevolve run configs/test-tiny.yaml` or pass --root")
+    from coevolve.ui.app import serve
+
+    serve(_root(root), host=host, port=port)
 
 
 @env_app.command("list")

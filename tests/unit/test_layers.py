@@ -5,6 +5,7 @@ Layers, lowest first (a module imports only from its own package or a lower laye
     0  coevolve.core, coevolve.config         shared ids and types, the run config
     1  storage, envs, llm, rl                 (envs may use llm's tool-call parser)
     2  agents                                 policy, teacher, episode loop, ledger rows
+       ui                                     the web view (`coevolve ui`): reads storage only
     3  executors, evolution                   where work runs; the evolution phases' logic
     4  pipeline                               stage contract, run context, runner
     5  stages                                 one module per stage
@@ -23,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 LAYERS = {
     "coevolve.core": 0, "coevolve.config": 0,
     "coevolve.storage": 1, "coevolve.envs": 1, "coevolve.llm": 1, "coevolve.rl": 1,
-    "coevolve.agents": 2,
+    "coevolve.agents": 2, "coevolve.ui": 2,
     "coevolve.executors": 3, "coevolve.evolution": 3,
     "coevolve.pipeline": 4,
     "coevolve.stages": 5,
@@ -35,7 +36,8 @@ SIDEWAYS = {("coevolve.envs", "coevolve.llm")}
 FOLDERS = {"coevolve": "coevolve", "agents": "coevolve.agents", "benchmarks": "coevolve.benchmarks",
            "envs": "coevolve.envs", "evolution": "coevolve.evolution", "executors": "coevolve.executors",
            "flows": "coevolve.flows", "llm": "coevolve.llm", "pipeline": "coevolve.pipeline", "rl": "coevolve.rl",
-           "stages": "coevolve.stages", "storage": "coevolve.storage"}  # fmt: skip
+           "stages": "coevolve.stages", "storage": "coevolve.storage",
+           "ui": "coevolve.ui"}  # fmt: skip
 MAX_LINES = 400
 
 

@@ -1,0 +1,189 @@
+"""The web view's routes: Starlette, one function per page, each rendering one Jinja2 template.
+
+Templates autoescape everything they print, so stored text (a model reply `<script>...`, a tool result
+`</td>`) shows as the text it is. Only GET routes exist; the data comes from `RunsReader`, which never
+writes. `serve` runs it under uvicorn, on 127.0.0.1 unless told otherwise.
+
+    coevolve ui --root runs --port 8420          # then open http://127.0.0.1:8420/
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import duckdb
+import jinja2
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from coevolve.ui import queries
+from coevolve.ui.lineage import task_page
+from coevolve.ui.reader import RunsReader
+from coevolve.ui.trajectory import trajectory_page
+
+HERE = Path(__file__).resolve().parent
+MAX_OVERLAID = 8
+"""Runs overlaid on the front page when none are chosen (the newest by name)."""
+
+
+def _pct(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.0%}"
+
+
+def _num(value: Any) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _when(timestamp: float | None) -> str:
+    if not timestamp:
+        return "-"
+    return datetime.datetime.fromtimestamp(timestamp).isoformat(sep=" ", timespec="seconds")
+
+
+def _pretty(value: Any) -> str:
+    """JSON text indented; anything that is not JSON, as stored."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def templates() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)  # fmt: skip
+    env.filters.update(pct=_pct, num=_num, when=_when, pretty=_pretty, short=lambda v: (v or "")[:12])
+    return env
+
+
+class Pages:
+    """The page handlers over one reader and one template environment."""
+
+    def __init__(self, reader: RunsReader) -> None:
+        self.reader = reader
+        self.env = templates()
+
+    def render(self, request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
+        def page_url(**changes: Any) -> str:
+            params = {**dict(request.query_params), **changes}
+            return "?" + urlencode({k: v for k, v in params.items() if v not in (None, "")})
+
+        html = self.env.get_template(name).render(root=str(self.reader.root), page_url=page_url, **context)
+        return HTMLResponse(html, status_code=status)
+
+    def runs(self, request: Request) -> HTMLResponse:
+        names = self.reader.runs()
+        chosen = [r for r in request.query_params.getlist("run") if r in names] or names[-MAX_OVERLAID:]
+        metrics = queries.round_metrics(self.reader, chosen)
+        overview = queries.runs_overview(self.reader, chosen, metrics)
+        return self.render(request, "runs.html", runs=names, chosen=chosen, overview=overview,
+                           charts=queries.curves(metrics))  # fmt: skip
+
+    def run(self, request: Request) -> HTMLResponse:
+        run = self._run(request)
+        metrics = queries.round_metrics(self.reader, [run])
+        rounds = self.reader.layout(run).rounds()
+        return self.render(request, "run.html", run=run, rounds=rounds, metrics=metrics[run],
+                           charts=queries.curves(metrics), config=self.reader.config(run))  # fmt: skip
+
+    def round(self, request: Request) -> HTMLResponse:
+        run, round_ = self._run(request), int(request.path_params["round"])
+        if round_ not in self.reader.layout(run).rounds():
+            raise LookupError(f"run {run!r} has no round {round_}")
+        source = request.query_params.get("source") or None
+        episodes, page = queries.round_episodes(self.reader, run, round_, source, _page(request))
+        return self.render(request, "round.html", run=run, round=round_, stages=self.reader.stages(run, round_),
+                           episodes=episodes, page=page, source=source,
+                           sources=queries.round_sources(self.reader, run, round_))  # fmt: skip
+
+    def trajectory(self, request: Request) -> HTMLResponse:
+        run, trajectory_id = self._run(request), request.path_params["trajectory_id"]
+        found = trajectory_page(self.reader, run, trajectory_id)
+        if found is None:
+            raise LookupError(f"run {run!r} has no trajectory {trajectory_id!r}")
+        return self.render(request, "trajectory.html", run=run, **found)
+
+    def signals(self, request: Request) -> HTMLResponse:
+        run, kind = self._run(request), request.query_params.get("kind") or None
+        rows, page = queries.signal_rows(self.reader, run, kind, _page(request))
+        counts = queries.signal_counts(self.reader, run)
+        chart = {"key": "signals", "title": "signals per round, by kind", "x": [c["round"] for c in counts],
+                 "series": [{"label": k, "values": [c[k] for c in counts]} for k in queries.SIGNAL_KINDS]}  # fmt: skip
+        return self.render(request, "signals.html", run=run, kind=kind, kinds=queries.SIGNAL_KINDS, rows=rows,
+                           page=page, counts=counts, chart=chart)  # fmt: skip
+
+    def verifications(self, request: Request) -> HTMLResponse:
+        run, outcome = self._run(request), request.query_params.get("outcome") or None
+        rows, page = queries.candidate_rows(self.reader, run, outcome, _page(request))
+        counts = queries.verification_counts(self.reader, run)
+        chart = {"key": "outcomes", "title": "verification verdicts per round", "x": [c["round"] for c in counts],
+                 "series": [{"label": o, "values": [c.get(o, 0) for c in counts]} for o in queries.OUTCOMES]}  # fmt: skip
+        return self.render(request, "verifications.html", run=run, outcome=outcome, rows=rows, page=page,
+                           counts=counts, chart=chart, outcomes=(*queries.OUTCOMES, "unverified"))  # fmt: skip
+
+    def tasks(self, request: Request) -> HTMLResponse:
+        run = self._run(request)
+        rows, page = queries.synthesized_tasks(self.reader, run, _page(request))
+        return self.render(request, "tasks.html", run=run, rows=rows, page=page)
+
+    def task(self, request: Request) -> HTMLResponse:
+        run, task_id = self._run(request), request.path_params["task_id"]
+        found = task_page(self.reader, run, task_id)
+        if found["task"] is None and not found["use"]:
+            raise LookupError(f"run {run!r} has no task {task_id!r}")
+        return self.render(request, "task.html", run=run, task_id=task_id, **found)
+
+    def _run(self, request: Request) -> str:
+        run = request.path_params["run"]
+        self.reader.layout(run)  # LookupError (404) for a run that is not there
+        return run
+
+    def not_found(self, request: Request, exc: Exception) -> HTMLResponse:
+        return self.render(request, "error.html", status=404, title="not found", message=str(exc))
+
+    def query_failed(self, request: Request, exc: Exception) -> HTMLResponse:
+        message = f"{exc}\n\nA file may be mid-rewrite (a stage re-running): reload in a moment."
+        return self.render(request, "error.html", status=500, title="query failed", message=message)
+
+
+def _page(request: Request) -> int:
+    value = request.query_params.get("page", "0")
+    return int(value) if value.isdigit() else 0
+
+
+def create_app(root: Path, refresh_s: float = 30.0) -> Starlette:
+    """The web view over the runs under `root`."""
+    pages = Pages(RunsReader(root, refresh_s))
+    routes = [
+        Route("/", pages.runs),
+        Route("/runs/{run}", pages.run),
+        Route("/runs/{run}/rounds/{round:int}", pages.round),
+        Route("/runs/{run}/trajectories/{trajectory_id}", pages.trajectory),
+        Route("/runs/{run}/signals", pages.signals),
+        Route("/runs/{run}/verifications", pages.verifications),
+        Route("/runs/{run}/tasks", pages.tasks),
+        Route("/runs/{run}/tasks/{task_id}", pages.task),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    handlers = {LookupError: pages.not_found, duckdb.Error: pages.query_failed}
+    return Starlette(routes=routes, exception_handlers=handlers)
+
+
+def serve(root: Path, host: str = "127.0.0.1", port: int = 8420) -> None:
+    """Serve the view until interrupted."""
+    import uvicorn
+
+    print(f"CoEvolve runs under {root.resolve()}: http://{host}:{port}/  (read-only; Ctrl-C stops)", flush=True)
+    uvicorn.run(create_app(root), host=host, port=port, log_level="warning", access_log=False)

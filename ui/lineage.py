@@ -1,0 +1,97 @@
+"""A task's page: what it asks, and for a synthesized task the chain that produced it and what became of it.
+
+    signal -> exploration -> triples -> candidate -> verification verdict -> the rounds it was drawn in
+
+Each link is one lookup by id through the task's `lineage` JSON (`stages/merge` writes it), filtered by
+run, so the page costs a handful of indexed-by-partition queries however large the run is.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from coevolve.ui.reader import RunsReader
+
+
+def loads_json(value: str | None) -> Any:
+    """A JSON column's value, or the text itself when it is not JSON (shown as stored)."""
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def find_task(reader: RunsReader, run: str, task_id: str) -> dict[str, Any] | None:
+    """The task's first row in the run (its earliest round), with JSON columns parsed."""
+    if not reader.has("tasks"):
+        return None
+    task = reader.one("SELECT * FROM tasks WHERE run = ? AND task_id = ? ORDER BY round LIMIT 1", [run, task_id])
+    if task is None:
+        return None
+    for column in ("turns", "solution", "checker", "lineage", "initial_state"):
+        task[column] = loads_json(task[column])
+    return task
+
+
+def _by_id(reader: RunsReader, view: str, column: str, run: str, value: str | None) -> dict[str, Any] | None:
+    if not value or not reader.has(view):
+        return None
+    return reader.one(f"SELECT * FROM {view} WHERE run = ? AND {column} = ? ORDER BY round LIMIT 1", [run, value])
+
+
+def lineage_chain(reader: RunsReader, run: str, lineage: dict[str, Any]) -> dict[str, Any]:
+    """Every link the lineage names, each None where the run holds no such row."""
+    chain: dict[str, Any] = {
+        "signal": _by_id(reader, "signals", "signal_id", run, lineage.get("signal_id")),
+        "exploration": _by_id(reader, "explorations", "exploration_id", run, lineage.get("exploration_id")),
+        "candidate": _by_id(reader, "candidates", "candidate_id", run, lineage.get("candidate_id")),
+        "verification": _by_id(reader, "verifications", "verification_id", run, lineage.get("verification_id")),
+        "triples": [],
+    }
+    if lineage.get("group_id") and reader.has("triples"):
+        chain["triples"] = reader.rows(
+            """SELECT seq, trajectory_id, tool, arguments, ok, observation, changed FROM triples
+               WHERE run = ? AND group_id = ? ORDER BY trajectory_id, seq LIMIT 200""",
+            [run, lineage["group_id"]],
+        )
+    exploration = chain["exploration"]
+    if exploration:
+        episodes = loads_json(exploration.get("trajectory_ids"))
+        exploration["episodes"] = episodes if isinstance(episodes, list) else []
+    return chain
+
+
+def task_use(reader: RunsReader, run: str, task_id: str) -> list[dict[str, Any]]:
+    """Per round and stage: the task's episodes and how many solved it (rollouts: the rounds it was drawn in)."""
+    if not reader.has("trajectories"):
+        return []
+    return reader.rows(
+        """SELECT round, stage, source, count(*) AS episodes, sum(success::INT) AS solved, avg(reward) AS reward,
+                  min(trajectory_id) AS example
+           FROM trajectories WHERE run = ? AND task_id = ? GROUP BY ALL ORDER BY round, stage, source""",
+        [run, task_id],
+    )
+
+
+def task_versions(reader: RunsReader, run: str, task_id: str) -> list[dict[str, Any]]:
+    """The dataset versions that hold the task, with its sampling weight in each."""
+    if not reader.has("datasets"):
+        return []
+    return reader.rows("""SELECT dataset_version, weight, added_round FROM datasets
+                          WHERE run = ? AND task_id = ? ORDER BY dataset_version""", [run, task_id])  # fmt: skip
+
+
+def task_page(reader: RunsReader, run: str, task_id: str) -> dict[str, Any]:
+    """Everything the task page shows; `task` is None for an id outside every dataset (an eval task)."""
+    task = find_task(reader, run, task_id)
+    lineage = task["lineage"] if task and isinstance(task["lineage"], dict) else {}
+    return {
+        "task": task,
+        "lineage": lineage,
+        "chain": lineage_chain(reader, run, lineage) if lineage else None,
+        "use": task_use(reader, run, task_id),
+        "versions": task_versions(reader, run, task_id),
+    }

@@ -1,0 +1,235 @@
+"""The SQL behind the web view's pages: per-round curves, a round's episodes, signals, verification
+outcomes. Every query filters on `run` (and `round` or `stage` where it can: hive columns, so DuckDB
+reads only those files), aggregates or pages in SQL, and returns at most a page of rows to Python.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from coevolve.ui.reader import RunsReader
+
+PER_PAGE = 50
+CURVES = {
+    "train_success": "train success (rollouts)",
+    "heldout_success": "held-out success (after the round's update)",
+    "train_reward": "train reward (rollouts)",
+    "loss": "GRPO loss",
+    "kl": "KL to the reference",
+    "dataset_size": "dataset size |D_v| (trained on from round v)",
+}
+"""Chart key -> title; the keys are columns of `round_metrics`."""
+SIGNAL_KINDS = ("forgetting", "boundary", "rare")
+OUTCOMES = ("accept", "retain", "discard")
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a listing: its number (from 0), the rows per page and how many rows match in all."""
+
+    number: int
+    total: int
+    per_page: int = PER_PAGE
+
+    @property
+    def offset(self) -> int:
+        return self.number * self.per_page
+
+    @property
+    def last(self) -> int:
+        return max(0, (self.total - 1) // self.per_page)
+
+
+def _in(values: list[str]) -> str:
+    return "(" + ", ".join("?" for _ in values) + ")"
+
+
+def _metric_queries(reader: RunsReader, runs: list[str]) -> list[tuple[str, list[Any]]]:
+    """(SQL, params) per view present; each returns `run`, `round` and metric columns."""
+    where = f"run IN {_in(runs)}"
+    candidates = {
+        "trajectories": f"""SELECT run, round, avg(success::INT) AS train_success, avg(reward) AS train_reward,
+                            count(*) AS train_episodes FROM trajectories
+                            WHERE stage = 'rollout' AND {where} GROUP BY ALL""",
+        "evals": f"""SELECT run, round, avg(success::INT) FILTER (WHERE stage = 'evaluate') AS heldout_success,
+                     avg(success::INT) FILTER (WHERE stage = 'baseline') AS zero_shot_success
+                     FROM evals WHERE {where} GROUP BY ALL""",
+        "updates": f"SELECT run, round, avg(loss) AS loss, avg(kl) AS kl FROM updates WHERE {where} GROUP BY ALL",
+        "datasets": f"""SELECT run, dataset_version AS round, count(DISTINCT task_id) AS dataset_size
+                        FROM datasets WHERE {where} GROUP BY ALL""",
+        "signals": f"""SELECT run, round, count(*) AS signals FROM signals WHERE {where} GROUP BY ALL""",
+        "verifications": f"""SELECT run, round, count(*) FILTER (WHERE outcome = 'accept') AS accepted,
+                             count(*) AS verified FROM verifications WHERE {where} GROUP BY ALL""",
+    }
+    return [(sql, list(runs)) for view, sql in candidates.items() if reader.has(view)]
+
+
+def round_metrics(reader: RunsReader, runs: list[str]) -> dict[str, dict[int, dict[str, Any]]]:
+    """run -> round -> metric -> value, for the curves and the rounds table."""
+    out: dict[str, dict[int, dict[str, Any]]] = {run: defaultdict(dict) for run in runs}
+    if not runs:
+        return out
+    for sql, params in _metric_queries(reader, runs):
+        for row in reader.rows(sql, params):
+            run, round_ = row.pop("run"), int(row.pop("round"))
+            out[run][round_].update(row)
+    return {run: dict(sorted(rounds.items())) for run, rounds in out.items()}
+
+
+def curves(metrics: dict[str, dict[int, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One chart per curve: x = the rounds any run has it for, one series per run (None where absent)."""
+    charts = []
+    for key, title in CURVES.items():
+        xs = sorted({r for rounds in metrics.values() for r, m in rounds.items() if m.get(key) is not None})
+        series = [{"label": run, "values": [_number(rounds.get(x, {}).get(key)) for x in xs]}
+                  for run, rounds in metrics.items()]  # fmt: skip
+        charts.append({"key": key, "title": title, "x": xs, "series": series})
+    return charts
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def runs_overview(reader: RunsReader, runs: list[str], metrics: dict) -> list[dict[str, Any]]:
+    """One row per run: model, environment, rounds trained, the last figures of each curve."""
+    rows = []
+    for run in runs:
+        config, rounds = reader.config(run), metrics.get(run, {})
+        last = {key: _last(rounds, key) for key in (*CURVES, "zero_shot_success")}
+        trained = sum(1 for m in rounds.values() if m.get("train_episodes"))
+        rows.append({"run": run, "model": (config.get("model") or {}).get("name"),
+                     "env": (config.get("env") or {}).get("name"), "rounds": trained, **last})  # fmt: skip
+    return rows
+
+
+def _last(rounds: dict[int, dict[str, Any]], key: str) -> Any:
+    values = [m[key] for _, m in sorted(rounds.items()) if m.get(key) is not None]
+    return values[-1] if values else None
+
+
+def round_episodes(reader: RunsReader, run: str, round_: int, source: str | None, page: int) -> tuple[list, Page]:
+    """A page of the round's episodes (every stage that plays some), optionally of one source."""
+    if not reader.has("trajectories"):
+        return [], Page(0, 0)
+    where, params = "run = ? AND round = ?", [run, round_]
+    if source:
+        where, params = where + " AND source = ?", [*params, source]
+    total = reader.one(f"SELECT count(*) AS n FROM trajectories WHERE {where}", params)["n"]
+    at = Page(page, total)
+    rows = reader.rows(
+        f"""SELECT trajectory_id, stage, source, task_id, sample, policy_version, reward, success, finish,
+                   num_turns, num_steps, num_tool_calls, num_tool_errors, completion_tokens
+            FROM trajectories WHERE {where}
+            ORDER BY stage, source, task_id, sample, trajectory_id LIMIT ? OFFSET ?""",
+        [*params, at.per_page, at.offset],
+    )
+    return rows, at
+
+
+def round_sources(reader: RunsReader, run: str, round_: int) -> list[str]:
+    if not reader.has("trajectories"):
+        return []
+    rows = reader.rows("SELECT DISTINCT source FROM trajectories WHERE run = ? AND round = ? ORDER BY 1", [run, round_])
+    return [r["source"] for r in rows]
+
+
+def signal_counts(reader: RunsReader, run: str) -> list[dict[str, Any]]:
+    """Per round: signals of each kind and the tasks they mark."""
+    if not reader.has("signals"):
+        return []
+    kinds = ", ".join(f"count(*) FILTER (WHERE kind = '{k}') AS {k}" for k in SIGNAL_KINDS)
+    return reader.rows(f"""SELECT round, {kinds}, count(*) AS signals, count(DISTINCT task_id) AS tasks
+                           FROM signals WHERE run = ? GROUP BY round ORDER BY round""", [run])
+
+
+def signal_rows(reader: RunsReader, run: str, kind: str | None, page: int) -> tuple[list, Page]:
+    """A page of signals with the synthesized tasks each led to (through the tasks' lineage)."""
+    if not reader.has("signals"):
+        return [], Page(0, 0)
+    where, params = "s.run = ?", [run]
+    if kind:
+        where, params = where + " AND s.kind = ?", [run, kind]
+    total = reader.one(f"SELECT count(*) AS n FROM signals s WHERE {where}", params)["n"]
+    at = Page(page, total)
+    produced = ("""(SELECT json_extract_string(lineage, '$.signal_id') AS signal_id,
+                           list(DISTINCT task_id ORDER BY task_id) AS new_tasks
+                    FROM tasks WHERE run = ? AND source = 'synthesized' GROUP BY 1)"""
+                if reader.has("tasks") else "(SELECT NULL::VARCHAR AS signal_id, []::VARCHAR[] AS new_tasks)")  # fmt: skip
+    extra = [run] if reader.has("tasks") else []
+    rows = reader.rows(
+        f"""SELECT s.round, s.kind, s.signal_id, s.task_id, s.trajectory_id, s.trajectory_round, s.evidence,
+                   coalesce(p.new_tasks, []) AS new_tasks
+            FROM signals s LEFT JOIN {produced} p USING (signal_id)
+            WHERE {where} ORDER BY s.round, s.kind, s.signal_id LIMIT ? OFFSET ?""",
+        [*extra, *params, at.per_page, at.offset],
+    )
+    return rows, at
+
+
+def verification_counts(reader: RunsReader, run: str) -> list[dict[str, Any]]:
+    """Per round: candidates by parse status, then verification verdicts."""
+    if not reader.has("candidates"):
+        return []
+    statuses = ", ".join(f"count(*) FILTER (WHERE status = '{s}') AS {s}"
+                         for s in ("ok", "unparsable", "invalid", "duplicate"))  # fmt: skip
+    rows = reader.rows(f"SELECT round, count(*) AS candidates, {statuses} FROM candidates WHERE run = ? "
+                       "GROUP BY round ORDER BY round", [run])  # fmt: skip
+    if reader.has("verifications"):
+        outcomes = ", ".join(f"count(*) FILTER (WHERE outcome = '{o}') AS {o}" for o in OUTCOMES)
+        verdicts = {r["round"]: r for r in reader.rows(
+            f"SELECT round, {outcomes} FROM verifications WHERE run = ? GROUP BY round", [run])}  # fmt: skip
+        for row in rows:
+            row.update({o: (verdicts.get(row["round"]) or {}).get(o, 0) for o in OUTCOMES})
+    return rows
+
+
+def candidate_rows(reader: RunsReader, run: str, outcome: str | None, page: int) -> tuple[list, Page]:
+    """A page of candidates with their verdict; `outcome` filters (`unverified`: none)."""
+    if not reader.has("candidates"):
+        return [], Page(0, 0)
+    verified = reader.has("verifications")
+    join = ("LEFT JOIN verifications v ON v.run = c.run AND v.round = c.round AND v.candidate_id = c.candidate_id"
+            if verified else "")  # fmt: skip
+    verdict = ("v.outcome, v.reason AS verdict_reason, v.reward, v.attempts, v.task_id AS admitted_task"
+               if verified else "NULL AS outcome, NULL AS verdict_reason, NULL AS reward, NULL AS attempts, "
+               "NULL AS admitted_task")  # fmt: skip
+    where, params = "c.run = ?", [run]
+    if outcome:
+        where, params = where + " AND coalesce(outcome, 'unverified') = ?", [run, outcome]
+    base = f"FROM candidates c {join} WHERE {where}"
+    total = reader.one(f"SELECT count(*) AS n {base}", params)["n"]
+    at = Page(page, total)
+    rows = reader.rows(
+        f"""SELECT c.round, c.candidate_id, c.status, c.reason, c.query, {verdict} {base}
+            ORDER BY c.round, c.candidate_id LIMIT ? OFFSET ?""",
+        [*params, at.per_page, at.offset],
+    )
+    return rows, at
+
+
+def synthesized_tasks(reader: RunsReader, run: str, page: int) -> tuple[list, Page]:
+    """A page of the run's synthesized tasks: the signal behind each, how often it was drawn and solved."""
+    if not reader.has("tasks"):
+        return [], Page(0, 0)
+    tasks = """SELECT task_id, min(round) AS round, any_value(family) AS family, any_value(turns) AS turns,
+                      any_value(json_extract_string(lineage, '$.signal_kind')) AS signal_kind
+               FROM tasks WHERE run = ? AND source = 'synthesized' GROUP BY task_id"""
+    total = reader.one(f"SELECT count(*) AS n FROM ({tasks})", [run])["n"]
+    at = Page(page, total)
+    drawn = ("""SELECT task_id, count(*) AS episodes, sum(success::INT) AS solved, count(DISTINCT round) AS rounds
+                FROM trajectories WHERE run = ? AND stage = 'rollout' AND task_id IN (SELECT task_id FROM page)
+                GROUP BY task_id""" if reader.has("trajectories") else
+             "SELECT NULL::VARCHAR AS task_id, 0 AS episodes, 0 AS solved, 0 AS rounds")  # fmt: skip
+    extra = [run] if reader.has("trajectories") else []
+    rows = reader.rows(
+        f"""WITH page AS (SELECT * FROM ({tasks}) ORDER BY round, task_id LIMIT ? OFFSET ?),
+                 drawn AS ({drawn})
+            SELECT page.*, json_extract_string(turns, '$[0]') AS first_turn, coalesce(episodes, 0) AS episodes,
+                   coalesce(solved, 0) AS solved, coalesce(rounds, 0) AS rounds
+            FROM page LEFT JOIN drawn USING (task_id) ORDER BY round, task_id""",
+        [run, at.per_page, at.offset, *extra],
+    )
+    return rows, at
