@@ -90,6 +90,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         plan, root = prepare(plan_of(args))
     out = output_folder(args, root)
     print(report(root, plan, out, run_arms(plan, root) if not args.report_only else {}))
+    if args.report_only:  # a report of stored runs measures nothing new: no result row
+        print(f"outputs in {out}")
+        return
     row = record_result("learning", headline(root, plan, out), command=command_line("learning", argv),
                         variant=_variant(args, out), outputs=_shown(out))  # fmt: skip
     print(f"figures appended to {row['benchmark']}.jsonl; outputs in {out}")

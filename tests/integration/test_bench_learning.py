@@ -265,3 +265,20 @@ def test_a_failed_run_process_is_named_with_its_log(tmp_path, monkeypatch):
         runs.run_arms(plan, tmp_path)
     with pytest.raises(ValueError, match="jobs must be >= 1"):
         Plan.make(quick=True, jobs=0)
+
+
+def test_bench_learning_quick_writes_next_to_the_runs_and_appends_a_result_row(tmp_path, monkeypatch, prefect_api):
+    from coevolve.benchmarks.learning.cli import main
+    from coevolve.benchmarks.record import RESULTS, read_results
+
+    monkeypatch.setenv("COEVOLVE_BENCH_RESULTS", str(tmp_path / "results"))
+    monkeypatch.setenv("COEVOLVE_HOME", str(tmp_path / "elsewhere"))  # --root wins over it
+    committed = {p: p.stat().st_mtime_ns for p in RESULTS.rglob("*") if p.is_file()}
+    argv = ["--quick", "--config", str(CONFIGS / "test-tiny.yaml"), "--rounds", "1", "--set", "evolve.every=1",
+            "--warm-start-tasks", "0", "--teacher-tasks", "0", "--root", str(tmp_path / "runs")]  # fmt: skip
+    main(argv)
+    assert (tmp_path / "runs" / "learning-report" / "report.md").exists()
+    assert {p: p.stat().st_mtime_ns for p in RESULTS.rglob("*") if p.is_file()} == committed
+    (row,) = read_results(tmp_path / "results")["learning"]
+    assert row["variant"] == "quick" and row["command"].startswith("coevolve bench learning --quick")
+    assert "coevolve - grpo, test" in row["figures"] and row["figures"]["seeds"] == {"value": 1.0, "unit": ""}
