@@ -43,6 +43,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "ray-envs": Benchmark("ray_envs", "Ray environment actors against a local process pool, on BFCL replays"),
     "deployment-overhead": Benchmark("deployment_overhead", "`prefect deployment run` against `coevolve run`, and a cached re-run"),
     "duckdb-scale": Benchmark("duckdb_scale", "the documented SQL queries over a 10M-row steps view"),
+    "cached-rerun": Benchmark("cached_rerun", "a finished run re-run from a fresh process: `coevolve run` against the flow"),
     "ui-pages": Benchmark("ui_pages", "every page of the web view (`coevolve ui`) over a 10M-row steps view"),
     "trl-baseline": Benchmark("trl_baseline", "one optimizer step of TRL's GRPOTrainer on fixed samples (part of update-throughput)"),
     "teacher-warm-start": Benchmark("teacher_warm_start", "tool: build the evolving arms' teacher checkpoint and print its path"),

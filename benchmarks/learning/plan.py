@@ -14,6 +14,7 @@ from coevolve.rl.warm_start import WarmStart
 
 ARMS: dict[str, tuple[str, ...]] = {
     "grpo": ("evolve.every=0",),
+    "oracle-curriculum": ("evolve.curriculum=oracle",),
     "coevolve": (),
     "no-forgetting": ("signals.kinds=[boundary, rare]",),
     "no-boundary": ("signals.kinds=[forgetting, rare]",),
@@ -22,6 +23,12 @@ ARMS: dict[str, tuple[str, ...]] = {
     "unguided": ("explore.guided=false",),
 }
 QUICK_ARMS = ("grpo", "coevolve")
+SEEDED_ARMS = ("grpo", "oracle-curriculum", "coevolve")
+"""Arms that run every seed of the plan; the ablations run seed 0 only. `oracle-curriculum` is not CoEvolve:
+the ceiling, fresh generator tasks of the families the signals point at (`evolution.curriculum`)."""
+PHASES = {"validation": ("validation",), "final": ("test", "heldout-templates")}
+"""Held-out splits each phase evaluates: every development decision on `validation`; `test` and
+`heldout-templates` only for the final report of a frozen plan (`--freeze`, then `--final`)."""
 QUICK_OVERRIDES = ("eval.max_tasks=8",)
 DEFAULT_CONFIG = Path("configs/learning-smollm2.yaml")
 TEACHER_BUILD = WarmStart(seed=1, teacher=False)
@@ -52,19 +59,23 @@ class Plan:
     None: the config's teacher."""
     teacher_model: Path | None = None
     """The teacher checkpoint, once `runs.run_benchmark` has it."""
+    phase: str = "validation"
+    """Which held-out splits the runs evaluate (`PHASES`)."""
 
     @classmethod
     def make(cls, *, quick: bool, config: Path = DEFAULT_CONFIG, rounds: int | None = None,
              seeds: int | None = None, arms: Sequence[str] | None = None,
              overrides: Sequence[str] = (), warm_start_tasks: int = WarmStart.tasks,
              teacher_tasks: int = WarmStart.tasks, jobs: int = 1, share: bool = True,
-             first_seed: int = 0) -> Plan:  # fmt: skip
+             first_seed: int = 0, phase: str = "validation") -> Plan:  # fmt: skip
         """The full suite, or `quick`: grpo and coevolve, one seed, 2 rounds, 8 tasks per eval split."""
         unknown = sorted(set(arms or ()) - set(ARMS))
         if unknown:
             raise ValueError(f"unknown arms {unknown}; known: {', '.join(ARMS)}")
         if jobs < 1:
             raise ValueError(f"jobs must be >= 1, got {jobs}")
+        if phase not in PHASES:
+            raise ValueError(f"phase must be one of {', '.join(PHASES)}, got {phase!r}")
         seeds = seeds if seeds is not None else (1 if quick else 3)
         if not 0 <= first_seed < seeds:
             raise ValueError(f"first_seed must be in [0, seeds = {seeds}), got {first_seed}")
@@ -79,6 +90,7 @@ class Plan:
             teacher=replace(TEACHER_BUILD, tasks=teacher_tasks) if teacher_tasks else None,
             jobs=jobs,
             share=share,
+            phase=phase,
         )
 
     def reported_runs(self) -> list[tuple[str, int]]:
@@ -88,7 +100,7 @@ class Plan:
             (arm, seed)
             for seed in range(self.seeds)
             for arm in sorted(self.arms, key=list(ARMS).index)
-            if seed == 0 or arm in ("grpo", "coevolve")
+            if seed == 0 or arm in SEEDED_ARMS
         ]
 
     def runs(self) -> list[tuple[str, int]]:
@@ -107,6 +119,9 @@ def run_name(arm: str, seed: int) -> str:
 
 
 def run_overrides(plan: Plan, arm: str, seed: int) -> list[str]:
-    teacher = [] if arm == "grpo" or plan.teacher_model is None else [
+    """The config overrides of one run: its seed, its phase's held-out splits, the plan's, the arm's, and the
+    evolving arms' teacher (arms that evolve with a teacher only)."""
+    teacher = [] if arm in ("grpo", "oracle-curriculum") or plan.teacher_model is None else [
         "teacher.type=local", f"teacher.model={plan.teacher_model}"]  # fmt: skip
-    return [f"run.seed={seed}", *plan.overrides, *ARMS[arm], *teacher]
+    splits = f"eval.splits=[{', '.join(PHASES[plan.phase])}]"
+    return [f"run.seed={seed}", splits, *plan.overrides, *ARMS[arm], *teacher]

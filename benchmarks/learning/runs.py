@@ -22,12 +22,14 @@ from coevolve.benchmarks.learning.report import report
 def share_with_grpo(plan: Plan, root: Path, arm: str, seed: int) -> list[tuple[int, str]]:
     """Start a new run of `arm` as a fork of the grpo run of its seed (`flows.fork`): the stages its
     config computes identically (round 0's baseline, rollout, update and evaluation, as the data evolves
-    from round 0 on) are copied, not computed again. Returns the copied (round, stage) pairs; nothing when
-    sharing is off, the run exists already or the grpo run has not run yet."""
+    from round 0 on) are copied, not computed again. The grpo run of a later seed forks seed 0's: the
+    initial policy's baseline evaluation does not depend on the seed and is computed once. Returns the
+    copied (round, stage) pairs; nothing when sharing is off, the run exists already or its source has not
+    run yet."""
     from coevolve.storage.layout import RunLayout
 
-    source, target = run_name("grpo", seed), run_name(arm, seed)
-    if (arm == "grpo" or not plan.share or RunLayout(root, target).rounds()
+    source, target = run_name("grpo", 0 if arm == "grpo" else seed), run_name(arm, seed)
+    if (source == target or not plan.share or RunLayout(root, target).rounds()
             or not RunLayout(root, source).config_path.exists()):  # fmt: skip
         return []
     from coevolve.config import load_config
@@ -51,13 +53,13 @@ def run_arms(plan: Plan, root: Path) -> dict[str, float]:
         print(f"--- {name}: {plan.rounds} rounds, overrides {' '.join(ARMS[arm]) or '(none)'}", flush=True)
         started = time.perf_counter()
         overrides = run_overrides(plan, arm, seed)
+        share_with_grpo(plan, root, arm, seed)
         if arm == "grpo" and plan.share and plan.rounds > 1:
             # round 0 first: the seed's other arms fork it while its checkpoint is still kept
             coevolve(str(plan.config), run=name, rounds=1, overrides=overrides)
             for other, other_seed in plan.runs():
                 if other_seed == seed:
                     share_with_grpo(plan, root, other, seed)
-        share_with_grpo(plan, root, arm, seed)
         coevolve(str(plan.config), run=name, rounds=plan.rounds, overrides=overrides)
         seconds[name] = time.perf_counter() - started
     return seconds
@@ -135,7 +137,7 @@ def prepare(plan: Plan, *, build: bool = True) -> tuple[Plan, Path]:
         start = (warm_start_checkpoint(config, plan.warm_start, directory) if build
                  else directory / warm_start_key(config, plan.warm_start))  # fmt: skip
         plan = replace(plan, overrides=(*plan.overrides, f"model.name={start}"))
-    if plan.teacher is not None and set(plan.arms) - {"grpo"}:
+    if plan.teacher is not None and set(plan.arms) - {"grpo", "oracle-curriculum"}:  # arms with a teacher
         teacher = (teacher_checkpoint(config, start, plan.teacher, directory) if build
                    else directory / teacher_key(config, start, plan.teacher))  # fmt: skip
         plan = replace(plan, teacher_model=teacher)

@@ -1,0 +1,63 @@
+"""The learning benchmark's protocol: develop on `validation`, freeze the plan, report `test` once.
+
+Every development decision (config, rounds, arms' overrides, the number of seeds) is made on pilot runs
+that evaluate the tool world's `validation` split only (`Plan.phase = "validation"`). Once the plan is
+settled, `--freeze` records its fingerprint (`outcomes.plan_fingerprint`: config text, rounds, overrides,
+teacher build) with the seeds and arms in `frozen-plan.json`; `--final` then runs the same plan evaluating
+`test` and `heldout-templates`, and refuses any plan whose fingerprint differs from the frozen one. A
+changed config after the freeze needs a new freeze, which the record's history shows.
+
+The number of seeds comes from the pilots: `seeds_for_power` on the spread of the per-seed differences
+between arms on validation, for a true difference of `EFFECT` at power `POWER`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from pathlib import Path
+
+from coevolve.benchmarks.learning.outcomes import plan_fingerprint
+from coevolve.benchmarks.learning.plan import Plan
+
+FROZEN = "frozen-plan.json"
+EFFECT = 0.05
+"""The difference the final runs must be able to detect: 5 points of held-out success."""
+POWER = 0.8
+
+
+class ProtocolError(ValueError):
+    """A final run of a plan that was not frozen, or differs from the frozen one."""
+
+
+def freeze(plan: Plan, root: Path, folder: Path) -> dict:
+    """Write `folder/frozen-plan.json` for `plan` (refusing to replace a different frozen plan); returns it."""
+    from coevolve.benchmarks.record import current_commit
+
+    path = folder / FROZEN
+    frozen = {"fingerprint": plan_fingerprint(plan, root), "config": str(plan.config), "rounds": plan.rounds,
+              "overrides": [o.replace(str(root), "<root>") for o in plan.overrides], "seeds": plan.seeds,
+              "arms": list(plan.arms), "date": datetime.date.today().isoformat(), "commit": current_commit()}  # fmt: skip
+    if path.exists():
+        before = json.loads(path.read_text())
+        if before["fingerprint"] != frozen["fingerprint"]:
+            raise ProtocolError(f"{path} freezes another plan ({before['fingerprint']}, {before['date']}): "
+                                f"move it aside to freeze a new one, so the record keeps what was reported")  # fmt: skip
+    folder.mkdir(parents=True, exist_ok=True)
+    from coevolve.storage.parquet import write_text_atomic
+
+    write_text_atomic(json.dumps(frozen, indent=2) + "\n", path)
+    return frozen
+
+
+def check_frozen(plan: Plan, root: Path, folder: Path) -> dict:
+    """The frozen plan `plan` matches; `ProtocolError` naming the difference otherwise."""
+    path = folder / FROZEN
+    if not path.exists():
+        raise ProtocolError(f"no frozen plan at {path}: develop on validation, then `--freeze`, before `--final`")
+    frozen = json.loads(path.read_text())
+    if frozen["fingerprint"] != plan_fingerprint(plan, root):
+        raise ProtocolError(f"the plan differs from the one frozen in {path} ({frozen['date']}, config "
+                            f"{frozen['config']}, {frozen['rounds']} rounds, overrides {frozen['overrides']}): "
+                            "the final report runs the frozen plan only")  # fmt: skip
+    return frozen
