@@ -49,8 +49,8 @@ def _when(timestamp: float | None) -> str:
     return datetime.datetime.fromtimestamp(timestamp).isoformat(sep=" ", timespec="seconds")
 
 
-def _pretty(value: Any) -> str:
-    """JSON text indented; anything that is not JSON, as stored."""
+def _pretty(value: Any, indent: int | None = 2) -> str:
+    """JSON text indented (`indent=None`: on one line); anything that is not JSON, as stored."""
     if value is None:
         return ""
     if isinstance(value, str):
@@ -58,13 +58,14 @@ def _pretty(value: Any) -> str:
             value = json.loads(value)
         except ValueError:
             return value
-    return json.dumps(value, indent=2, ensure_ascii=False)
+    return json.dumps(value, indent=indent, ensure_ascii=False)
 
 
 def templates() -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)  # fmt: skip
-    env.filters.update(pct=_pct, num=_num, when=_when, pretty=_pretty, short=lambda v: (v or "")[:12])
+    env.filters.update(pct=_pct, num=_num, when=_when, pretty=_pretty, short=lambda v: (v or "")[:12],
+                       compact=lambda v: _pretty(v, None))
     return env
 
 

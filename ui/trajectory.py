@@ -99,7 +99,7 @@ def trajectory_page(reader: RunsReader, run: str, trajectory_id: str) -> dict[st
         "t": row,
         "steps": trajectory_steps(reader, run, round_, trajectory_id),
         "tokens": sample_tokens(reader, run, round_, trajectory_id),
-        "details": json.dumps(row["eval_details"], indent=2, ensure_ascii=False) if row["eval_details"] else None,
+        "details": json.dumps(row["eval_details"], ensure_ascii=False) if row["eval_details"] else None,
         "task_known": reader.has("tasks") and reader.one(
             "SELECT 1 AS found FROM tasks WHERE run = ? AND task_id = ? LIMIT 1", [run, row["task_id"]]) is not None,
     }
