@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A user's install, checked: `pip install .` of the committed tree into a new venv (torch's CPU wheel
 # first, then this project, then the two packages installed with --no-deps), then, from a directory
-# outside the repository, with an empty model cache: `coevolve run test-tiny` (the packaged config, found by name), a cached re-run,
-# `coevolve runs`, `coevolve env list`. Prints each phase's seconds. CI runs it after the tests.
+# outside the repository, with an empty model cache: `coevolve run test-tiny` (the packaged config,
+# found by name), a cached re-run, `coevolve runs`, `coevolve env list`. Prints each phase's seconds.
+# CI runs it after the tests.
 #   scripts/clean-install-check.sh            # WORK=/tmp/somewhere keeps the venv and the run there
 # About 13 min on a 2-core machine busy with other work (torch 150 s, `pip install .` 433 s, downloads
 # included, the run with its model cache 185 s), less on an idle one.
