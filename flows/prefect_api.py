@@ -66,13 +66,26 @@ def prefect_api(*, startup_timeout_s: float = STARTUP_TIMEOUT_S) -> Iterator[str
                 f"PREFECT_API_URL to run on a temporary local server.")  # fmt: skip
         yield url
         return
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
     server, url = _start_temporary_server(startup_timeout_s)
-    os.environ["PREFECT_API_URL"] = url
+    os.environ["PREFECT_API_URL"] = url  # for child processes
     try:
-        yield url
+        with temporary_settings(updates={PREFECT_API_URL: url}):  # for this one, whatever it imported already
+            try:
+                yield url
+            finally:
+                _flush_logs()  # the flow's last log lines reach the server before it stops
     finally:
         os.environ.pop("PREFECT_API_URL", None)
         _stop(server)
+
+
+def _flush_logs() -> None:
+    from prefect.logging.handlers import APILogHandler
+
+    with contextlib.suppress(Exception):  # nothing to flush, or the worker already stopped
+        APILogHandler().flush()
 
 
 def _start_temporary_server(timeout_s: float) -> tuple[subprocess.Popen, str]:
