@@ -21,7 +21,7 @@ from coevolve.benchmarks.learning.outcomes import reported_outcomes
 from coevolve.benchmarks.learning.plan import ARMS, DEFAULT_CONFIG, Plan
 from coevolve.benchmarks.learning.report import report
 from coevolve.benchmarks.learning.runs import prepare, run_arms
-from coevolve.benchmarks.learning.statistics import differences
+from coevolve.benchmarks.learning.statistics import differences, paired_test
 from coevolve.benchmarks.record import REPO, RESULTS, command_line, figure, record_result
 from coevolve.benchmarks.suite import argument_parser
 from coevolve.rl.warm_start import WarmStart
@@ -54,6 +54,12 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--share", action=argparse.BooleanOptionalAction, default=True,
                         help="start each arm as a fork of the grpo run of its seed, so the stages they compute "
                              "identically run once")
+    parser.add_argument("--final", action="store_true",
+                        help="the final report: evaluate test and heldout-templates; refuses a plan that differs "
+                             "from the one frozen with --freeze (pilots evaluate validation only)")
+    parser.add_argument("--freeze", action="store_true",
+                        help="record this plan as the one the final report runs (frozen-plan.json in --out), "
+                             "then exit")
     parser.add_argument("--report-only", action="store_true",
                         help="write the report from the stored runs without running anything")
     parser.add_argument("--root", type=Path, help="storage root (default: COEVOLVE_HOME or runs/)")
@@ -67,7 +73,7 @@ def plan_of(args: argparse.Namespace) -> Plan:
     return Plan.make(quick=args.quick, config=args.config, rounds=args.rounds, seeds=args.seeds,
                      arms=args.arms, overrides=args.overrides, warm_start_tasks=args.warm_start_tasks,
                      teacher_tasks=args.teacher_tasks, jobs=args.jobs, share=args.share,
-                     first_seed=args.first_seed)  # fmt: skip
+                     first_seed=args.first_seed, phase="final" if args.final else "validation")  # fmt: skip
 
 
 def output_folder(args: argparse.Namespace, root: Path) -> Path:
@@ -84,6 +90,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         plan, root = prepare(plan_of(args), build=False)  # a config or plan mistake fails before any run
     except ValueError as exc:  # ConfigError is a ValueError too
         cli.error(str(exc))
+    if args.freeze or args.final:
+        from coevolve.benchmarks.learning.protocol import ProtocolError, check_frozen, freeze
+
+        if args.out is None:
+            cli.error("--freeze and --final need --out, the record folder the frozen plan lives in")
+        try:
+            if args.freeze:
+                print(f"frozen: {freeze(plan, root, args.out)}")
+                return
+            check_frozen(plan, root, args.out)
+        except ProtocolError as exc:
+            cli.error(str(exc))
     if not args.report_only:
         _check_prefect_api(cli)
         _quiet_transformers()
@@ -99,15 +117,20 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def headline(root: Path, plan: Plan, out: Path) -> dict[str, dict]:
-    """The result row's figures: coevolve - grpo per split and on both (with the bootstrap interval), and
-    each arm's final held-out success on `test`."""
+    """The result row's figures: each arm - grpo per split and on all (with the bootstrap interval and the
+    McNemar p-value), and each arm's final held-out success per split."""
     evals, _ = reported_outcomes(root, plan, out)
-    figures = {f"coevolve - grpo, {split}": figure(100 * got[0], "points", (100 * got[1], 100 * got[2]))
-               for split, got in differences(evals, "coevolve", "grpo", updates=plan.rounds).items()
-               if got is not None}  # fmt: skip
-    final = evals.filter((pl.col("updates") == plan.rounds) & (pl.col("split") == "test"))
-    for (arm,), rows in sorted(final.group_by("arm")):
-        figures[f"{arm} final test success"] = figure(100 * rows["success"].mean(), "%")
+    figures = {}
+    for arm in (a for a in plan.arms if a != "grpo"):
+        for split, got in differences(evals, arm, "grpo", updates=plan.rounds).items():
+            if got is not None:
+                figures[f"{arm} - grpo, {split}"] = figure(100 * got[0], "points", (100 * got[1], 100 * got[2]))
+        tested = paired_test(evals, arm, "grpo", updates=plan.rounds)
+        if tested is not None:
+            figures[f"{arm} - grpo, McNemar p"] = figure(tested["p"], "")
+    final = evals.filter(pl.col("updates") == plan.rounds)
+    for (arm, split), rows in sorted(final.group_by("arm", "split")):
+        figures[f"{arm} final {split} success"] = figure(100 * rows["success"].mean(), "%")
     figures["seeds"] = figure(evals["seed"].n_unique(), "")
     return figures
 

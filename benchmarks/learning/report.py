@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,7 +12,15 @@ import polars as pl
 
 from coevolve.benchmarks.learning.outcomes import OUTCOMES, curves, reported_outcomes
 from coevolve.benchmarks.learning.plan import ARMS, Plan, run_name
-from coevolve.benchmarks.learning.statistics import differences, summary
+from coevolve.benchmarks.learning.protocol import EFFECT
+from coevolve.benchmarks.learning.statistics import (
+    differences,
+    paired_test,
+    power,
+    seed_differences,
+    seeds_for_power,
+    summary,
+)
 from coevolve.benchmarks.learning.tables import (
     FEEDBACK_STAGES,
     STAGE_ORDER,
@@ -118,6 +127,60 @@ def _provenance_lines(from_record: Sequence[str], missing: Sequence[str], out: P
     return lines
 
 
+def per_run_table(root: Path, names: Sequence[str], wall: dict[str, float]) -> pl.DataFrame:
+    """Per run: signals, admitted tasks, tokens (`tables.evolution_counts`), stage and feedback seconds."""
+    feedback = (
+        stage_seconds(root, names).with_columns(feedback=pl.col("stage").is_in(FEEDBACK_STAGES))
+        .group_by("run")
+        .agg(stages_s=pl.col("seconds").sum(), feedback_s=pl.col("seconds").filter(pl.col("feedback")).sum(),
+             forked_stages=pl.col("forked").sum())
+    )
+    return (
+        evolution_counts(root, names)
+        .join(feedback, on="run", how="left")
+        .with_columns(
+            feedback_share=pl.col("feedback_s") / pl.col("stages_s"),
+            wall_s=pl.col("run").replace_strict(wall, default=None, return_dtype=pl.Float64),
+        )
+    )
+
+
+def arm_costs(per_run: pl.DataFrame) -> dict[str, dict[str, float]]:
+    """Per arm, means over its runs: generated tokens (all sources), stage seconds, feedback share."""
+    tokens = [c for c in per_run.columns if c.endswith("_tokens")]
+    frame = per_run.with_columns(arm=pl.col("run").str.strip_prefix("learning-").str.replace(r"-s\d+$", ""),
+                                 tokens=pl.sum_horizontal(tokens) if tokens else pl.lit(0))  # fmt: skip
+    means = frame.group_by("arm").agg(pl.col("tokens", "stages_s", "feedback_share").mean())
+    return {row["arm"]: row for row in means.iter_rows(named=True)}
+
+
+def headline_table(evals: pl.DataFrame, plan: Plan, costs: dict[str, dict[str, float]]) -> pl.DataFrame:
+    """Per arm: final success per split; its difference to grpo on all splits with the paired 95 % interval,
+    the McNemar p-value and, from the spread of per-seed differences, the power to detect +5 points with
+    these seeds and the seeds that would give 80 %; mean tokens, stage seconds and feedback share."""
+    final = evals.filter(pl.col("updates") == plan.rounds)
+    rows = []
+    for arm in [a for a in ARMS if a in set(final["arm"])]:
+        row: dict = {"arm": arm}
+        for split in sorted(final["split"].unique()):
+            values = final.filter((pl.col("arm") == arm) & (pl.col("split") == split))["success"]
+            row[split] = values.mean() if values.len() else None
+        if arm != "grpo":
+            got = differences(evals, arm, "grpo", updates=plan.rounds).get("both splits")
+            tested = paired_test(evals, arm, "grpo", updates=plan.rounds)
+            spread = seed_differences(evals, arm, "grpo", updates=plan.rounds)
+            sd = statistics.stdev(spread) if len(spread) > 1 else None
+            row |= {"- grpo (points)": None if got is None else f"{100 * got[0]:+.1f} [{100 * got[1]:+.1f}, "
+                                                                  f"{100 * got[2]:+.1f}]",
+                    "McNemar p": None if tested is None else f"{tested['p']:.3g} ({tested['wins']}/{tested['losses']})",
+                    "power at +5": None if sd is None else f"{power(sd, EFFECT, len(spread)):.2f}",
+                    "seeds for 0.8": None if sd is None else seeds_for_power(sd, EFFECT)}  # fmt: skip
+        cost = costs.get(arm, {})
+        row |= {"tokens": cost.get("tokens"), "stage s": cost.get("stages_s"), "feedback": cost.get("feedback_share")}
+        rows.append(row)
+    return pl.DataFrame(rows)
+
+
 def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
     planned = [run_name(arm, seed) for arm, seed in plan.reported_runs()]
     evals, record = reported_outcomes(root, plan, out)
@@ -132,7 +195,13 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
     write_table(curve.to_arrow(), out / "curves.parquet")
     plot(curve, out / "curves.png")
     final = plan.rounds
+    per_run = per_run_table(root, names, wall)
+    splits = sorted(evals["split"].unique()) if evals.height else []
+    head = headline_table(evals, plan, arm_costs(per_run)) if evals.height else pl.DataFrame()
     parts = [f"# Learning benchmark ({time.strftime('%Y-%m-%d')})", "",
+             f"Phase `{plan.phase}`: held-out splits {', '.join(splits) or 'none yet'} "
+             f"(docs/experiments/learning-protocol.md).", "",
+             "## Headline", "", markdown_table(head, percent=(*splits, "feedback")) if head.height else "-", "",
              f"config `{plan.config}`, {plan.rounds} rounds, planned runs {describe_runs(planned)}, "
              f"overrides {' '.join(plan.overrides) or '(none)'}", "", _warm_start_line(plan), "",
              *_provenance_lines(from_record, missing, out),
@@ -144,20 +213,6 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
             parts.append(f"- {split}: " + ("n/a" if got is None else
                          f"{100 * got[0]:+.1f} points [{100 * got[1]:+.1f}, {100 * got[2]:+.1f}]"))  # fmt: skip
     seconds = stage_seconds(root, names)
-    feedback = (
-        seconds.with_columns(feedback=pl.col("stage").is_in(FEEDBACK_STAGES))
-        .group_by("run")
-        .agg(stages_s=pl.col("seconds").sum(), feedback_s=pl.col("seconds").filter(pl.col("feedback")).sum(),
-             forked_stages=pl.col("forked").sum())
-    )
-    per_run = (
-        evolution_counts(root, names)
-        .join(feedback, on="run", how="left")
-        .with_columns(
-            feedback_share=pl.col("feedback_s") / pl.col("stages_s"),
-            wall_s=pl.col("run").replace_strict(wall, default=None, return_dtype=pl.Float64),
-        )
-    )
     parts += ["", "## Per run: signals, admitted tasks, generated tokens, time", "",
               markdown_table(per_run.sort("run"), percent=("feedback_share",)), "",
               "`revisited`: tasks drawn for rollouts in two or more rounds, the only ones the forgetting signal "
