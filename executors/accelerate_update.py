@@ -45,7 +45,7 @@ from typing import Any
 import yaml
 
 from coevolve.config import CoevolveConfig, ConfigError, find_config
-from coevolve.executors.processes import die_with_parent
+from coevolve.processes import die_with_parent
 from coevolve.storage.parquet import write_text_atomic
 
 JOB_FILE = "job.json"

@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from coevolve.executors.processes import die_with_parent
+from coevolve.processes import die_with_parent
 
 STARTUP_TIMEOUT_S = float(os.environ.get("COEVOLVE_PREFECT_STARTUP_S", "120"))
 SERVER_COMMAND = "PREFECT_SERVER_ANALYTICS_ENABLED=false prefect server start --host 127.0.0.1 --port 4200"

@@ -2,7 +2,8 @@
 
 Layers, lowest first (a module imports only from its own package or a lower layer):
 
-    0  coevolve.core, coevolve.config         shared ids and types, the run config
+    0  coevolve.core, coevolve.config,        shared ids and types, the run config, child processes
+       coevolve.processes
     1  storage, envs, llm, rl                 (envs may use llm's tool-call parser)
     2  agents                                 policy, teacher, episode loop, ledger rows
        ui                                     the web view (`coevolve ui`): reads storage only
@@ -11,6 +12,7 @@ Layers, lowest first (a module imports only from its own package or a lower laye
     5  stages                                 one module per stage
     6  flows                                  the Prefect flow and the CLI
     7  benchmarks
+    8  flows.cli                              the command line, over everything (`coevolve bench` included)
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ LAYERS = {
     "coevolve.pipeline": 4,
     "coevolve.stages": 5,
     "coevolve.flows": 6,
+    "coevolve.flows.cli": 8,
     "coevolve.benchmarks": 7,
 }
 SIDEWAYS = {("coevolve.envs", "coevolve.llm")}
