@@ -12,12 +12,13 @@ W rounds (rare counts actions over W calendar rounds). Writes `signals`.
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
-import polars as pl
-
-from coevolve.evolution.signals import extract_signals
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.stage import Artifact, Inputs, StageDef, StageResult, rounds_so_far, signal_window
+
+if TYPE_CHECKING:
+    import polars as pl
 
 TRAJECTORY_COLUMNS = ["trajectory_id", "source", "task_id", "round", "sample", "reward"]
 STEP_COLUMNS = ["trajectory_id", "tool", "step", "call_index"]
@@ -39,6 +40,10 @@ def ledger_signals(
     rare_pattern: str,
 ) -> list[dict]:
     """Signal rows for each round in `rounds` (the marked trajectory's round as `trajectory_round`)."""
+    import polars as pl
+
+    from coevolve.evolution.signals import extract_signals  # polars and duckdb: only when signals run
+
     if trajectories.height:
         trajectories = trajectories.filter(pl.col("source") == "rollout")
     rows = []
@@ -50,6 +55,8 @@ def ledger_signals(
 
 
 def compute_signals(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
+    import polars as pl
+
     cfg = ctx.config.signals
     trajectories = pl.from_arrow(inputs["trajectories"].table(TRAJECTORY_COLUMNS))
     steps = pl.from_arrow(inputs["steps"].table(STEP_COLUMNS))
