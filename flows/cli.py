@@ -347,6 +347,22 @@ def runs(root: RootOption = None) -> None:
 
 
 @app.command()
+def evolution(
+    run_name: Annotated[str, typer.Argument(metavar="RUN", help="The run to report on.")],
+    root: RootOption = None,
+) -> None:
+    """What a run's data evolution did: signals, explorations, candidates, verdicts, merged tasks, how the
+    policy did on them, one admitted task and the SQL that follows it back to its signal."""
+    from coevolve.flows.evolution_report import evolution_report
+
+    layout = _run_layout(root, run_name)
+    if not layout.run_dir.exists():
+        _fail(f"no run '{run_name}' under {layout.root}; list runs with `coevolve runs`")
+    for line in evolution_report(layout.root, run_name):
+        typer.echo(line)
+
+
+@app.command()
 def show(
     kind: Annotated[str, typer.Argument(help="task or trajectory.")],
     id_: Annotated[str, typer.Argument(metavar="ID", help="Its id, or any unique prefix of it.")],

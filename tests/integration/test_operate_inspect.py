@@ -154,3 +154,17 @@ def test_notebook_executes_headless(evolved_run, monkeypatch):
     assert sum("image/png" in o.get("data", {}) for o in outputs) >= 4
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "run 'evo'" in text and "-> verification:" in text and "coevolve show task" in text
+
+
+def test_evolution_report_follows_an_admitted_task_back_to_its_signal(evolved_run):
+    from coevolve.storage.catalog import query
+
+    result = CliRunner().invoke(app, ["evolution", evolved_run.run, "--root", str(evolved_run.root)],
+                                terminal_width=2000)  # fmt: skip
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "signals" in out and "boundary" in out and "verifications" in out and "accept" in out
+    assert "one admitted task" in out and "verdict   accept" in out
+    sql = out.split('coevolve sql "', 1)[1].rsplit('"', 1)[0]
+    [row] = query(evolved_run.root, sql).to_pylist()  # the printed query runs as printed
+    assert row["kind"] in {"forgetting", "boundary", "rare"} and row["outcome"] in {"accept", "retain"}
