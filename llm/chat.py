@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from coevolve.core import ToolCall
+from coevolve.llm.chat_template import chat_template, saved_settings
 from coevolve.llm.toolcalls import render_tool_call
 
 START, END = "<|im_start|>", "<|im_end|>"
@@ -51,10 +52,12 @@ class ChatFormat:
         self.param_descriptions = param_descriptions
         """Also list each argument's description under its tool (longer prompts, more guidance)."""
         template = getattr(tokenizer, "chat_template", None) or ""
-        self.wrap_tool_results = "tool_response" in template
+        saved = saved_settings(template)
+        self.wrap_tool_results = saved["wrap_tool_results"] if saved else "tool_response" in template
         """Tool results as a user turn of `<tool_response>` blocks where the model's own template does that
         (Qwen); otherwise as a plain `tool` turn: SmolLM2 imitates the `<tool_response>` user turns of its
-        demonstrations and answers with a made-up tool response (`coevolve bench first-reply-probe`)."""
+        demonstrations and answers with a made-up tool response (`coevolve bench first-reply-probe`). A
+        tokenizer saved with a checkpoint carries this format's own template (`template`), which records it."""
         start_id, end_id = (tokenizer.convert_tokens_to_ids(t) for t in (START, END))
         if START not in template or not _is_single_token(tokenizer, end_id, END) or start_id is None:
             name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
@@ -105,6 +108,11 @@ class ChatFormat:
         closes = last_token_id != self._end_id
         text = (END if closes else "") + "\n" + _turns(new_messages, self.wrap_tool_results) + _generation_prompt()
         return Continuation(self.encode(text), closes)
+
+    def template(self) -> str:
+        """This format as a Jinja chat template: `apply_chat_template(demonstrations + messages, tools=tools,
+        add_generation_prompt=True)` renders `prompt_text` (`llm.chat_template`)."""
+        return chat_template(wrap_tool_results=self.wrap_tool_results, param_descriptions=self.param_descriptions)
 
     def encode(self, text: str) -> list[int]:
         """`text` as token ids, without special tokens added (a reply, a prefix, a turn)."""

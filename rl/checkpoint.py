@@ -3,7 +3,8 @@
 Layout of a checkpoint directory:
 
     config.json, model.safetensors (or adapter_config.json + adapter_model.safetensors for peft),
-    tokenizer files, optimizer.pt (optional), coevolve_checkpoint.json (completion marker, last)
+    tokenizer files (with the chat template training used: `save_tokenizer`), optimizer.pt (optional),
+    coevolve_checkpoint.json (completion marker, last)
 
 Everything is written into ``<name>.tmp-<pid>`` next to the target, every file and the directory
 fsynced, and renamed into place, so a reader never sees a half-written checkpoint under its final name
@@ -103,7 +104,7 @@ def save_checkpoint(
     try:
         model.save_pretrained(tmp, **({} if state is None else {"state_dict": state[0]}))
         if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
+            save_tokenizer(tokenizer, tmp)
         if optimizer is not None:
             torch.save(optimizer.state_dict() if state is None else state[1], tmp / OPTIMIZER_FILE)
         marker = {"kind": "adapter" if _is_peft(model) else "full", "optimizer": optimizer is not None}
@@ -113,6 +114,26 @@ def save_checkpoint(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def save_tokenizer(tokenizer: Any, directory: Path) -> None:
+    """Save `tokenizer` with the chat template of the prompts the policy is trained on (`llm.chat`: tool
+    signatures in the system message), so that serving or loading the checkpoint elsewhere and rendering
+    with `apply_chat_template(..., tools=...)` gives the training prompt. A tokenizer that is not ChatML
+    keeps its own template. The tokenizer object itself is left as it was."""
+    from coevolve.llm.chat import ChatFormat
+
+    try:
+        template = ChatFormat(tokenizer).template()
+    except ValueError:  # not a ChatML model: the project's format does not apply
+        tokenizer.save_pretrained(directory)
+        return
+    original = tokenizer.chat_template
+    tokenizer.chat_template = template
+    try:
+        tokenizer.save_pretrained(directory)
+    finally:
+        tokenizer.chat_template = original
 
 
 def _read_marker(directory: Path) -> dict:
