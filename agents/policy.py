@@ -6,8 +6,9 @@ update of round r wrote into its manifest. When a stage needs a version the memo
 resumed run, a re-run stage), `ensure` loads that version's checkpoint.
 
 With `model.servers` the engine is an `OpenAIEngine` over those inference servers: the model here only
-trains, and `publish` hot-loads each new LoRA adapter on the servers, so rollouts always sample from the
-version being trained (the rollout stage refuses samples of any other version).
+trains, and `publish` hands each update's checkpoint to the servers (a LoRA adapter hot-loaded, or the
+full weights loaded in place with `train.lora_rank: 0`), so rollouts always sample from the version
+being trained (the rollout stage refuses samples of any other version).
 """
 
 from __future__ import annotations
@@ -66,22 +67,24 @@ class Policy:
         self.optimizer = None
 
     def _served_engine(self) -> Any:
-        """The policy's inference servers, serving the base weights (their adapter, if any, dropped)."""
+        """The policy's inference servers, serving the base weights: their adapter, if any, dropped; for a
+        full-weight policy, the base checkpoint loaded on any server that serves other weights."""
+        from coevolve.llm.models import resolve_model
         from coevolve.llm.openai_engine import OpenAIEngine
 
         cfg = self.model_config
-        if isinstance(self.engine, OpenAIEngine):
-            self.engine.use_base()
-            self.engine.version = self.version
-            return self.engine
-        return OpenAIEngine(cfg.servers, cfg.served_name or cfg.name, tokenizer=self.tokenizer, token_ids=True,
-                            api_key_env=cfg.api_key_env,
-                            version=self.version)  # fmt: skip
+        engine = self.engine
+        if not isinstance(engine, OpenAIEngine):
+            engine = OpenAIEngine(cfg.servers, cfg.served_name or cfg.name, tokenizer=self.tokenizer,
+                                  token_ids=True, api_key_env=cfg.api_key_env, version=self.version)  # fmt: skip
+        engine.use_base(None if self.train_config.lora_rank else resolve_model(cfg.name), version=self.version)
+        engine.version = self.version
+        return engine
 
     def publish(self, version: str, checkpoint: Path) -> None:
         """The in-memory weights are now `version` (saved in `checkpoint`): make the engine serve them."""
         if self.model_config.servers:
-            self.engine.update_weights(checkpoint)
+            self.engine.update_weights(checkpoint, version=version)
         self.version = self.engine.version = version
 
     @property

@@ -459,24 +459,29 @@ def models_resolve(name: Annotated[str, typer.Argument(help="smollm2-135m, tiny-
 
 @engine_app.command("serve")
 def engine_serve(
-    config: Annotated[Path, typer.Argument(help="Run config whose model.servers[SERVER] the server listens on.")],
+    config: Annotated[Path, typer.Argument(help="Run config whose model.servers[SERVER] (or teacher) is served.")],
     server: Annotated[int, typer.Option(help="Which entry of model.servers to start.")] = 0,
-    vllm: Annotated[str | None, typer.Option(help="vllm executable (default: .venv-gpu/bin/vllm, then PATH).")] = None,
-    gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM's share of GPU memory.")] = 0.85,
+    teacher: Annotated[bool, typer.Option(help="Serve the config's `openai` teacher at teacher.base_url instead.")] = False,
+    host: Annotated[str | None, typer.Option(help="Address to bind (default 127.0.0.1).")] = None,
+    venv: Annotated[Path | None, typer.Option(help="The vLLM venv (default .venv-vllm; make vllm-env).")] = None,
+    kv_cache_gib: Annotated[int, typer.Option(help="KV cache in GiB (vLLM's CPU build).")] = 2,
+    gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM's share of GPU memory (CUDA build).")] = 0.85,
     dry_run: Annotated[bool, typer.Option(help="Print the command instead of running it.")] = False,
     overrides: Overrides = None,
 ) -> None:
-    """Start a vLLM OpenAI-compatible server for the policy, LoRA hot-loading on (llm/vllm_server.py)."""
+    """Start a vLLM server for the policy (or the teacher) in the vLLM venv, until stopped (llm/vllm_server.py)."""
     import shlex
 
     from coevolve.config import load_config
-    from coevolve.llm.vllm_server import find_vllm, serve_command
+    from coevolve.llm import vllm_server
 
     try:
         cfg = load_config(config, overrides or [])
-        executable = "vllm" if dry_run and vllm is None else find_vllm(vllm)
-        argv, env = serve_command(cfg, vllm=executable, server=server,
-                                  gpu_memory_utilization=gpu_memory_utilization)  # fmt: skip
+        environment = vllm_server.find_venv(venv) if not dry_run else Path(venv or vllm_server.VENV)
+        spec = (vllm_server.teacher_spec(cfg) if teacher
+                else vllm_server.policy_spec(cfg, server, write_template=not dry_run))  # fmt: skip
+        argv, env = vllm_server.serve_command(spec, venv=environment, host=host, kv_cache_gib=kv_cache_gib,
+                                              gpu_memory_utilization=gpu_memory_utilization)  # fmt: skip
     except (*_user_errors(), ValueError, FileNotFoundError) as exc:
         _fail(str(exc))
     line = " ".join(f"{k}={v}" for k, v in env.items()) + " " + shlex.join(argv)
@@ -484,7 +489,7 @@ def engine_serve(
         typer.echo(line)
         return
     typer.echo(f"starting: {line}", err=True)
-    os.execvpe(argv[0], argv, {**os.environ, **env})
+    raise typer.Exit(vllm_server.run_server(argv, env))
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)

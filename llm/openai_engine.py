@@ -17,11 +17,17 @@ error, timeout, retryable status) is set aside and the request goes to the next 
 probed again (`GET /models`) at the start of every `generate` call. Prompts of one call are sent
 concurrently (`max_concurrency` in flight), so the servers batch them.
 
-A served *policy* gets new weights by LoRA hot-loading (`update_weights(adapter_dir)`): the adapter is
-loaded on every server under a fresh name (`POST /load_lora_adapter`, vLLM with
+With token ids, each prompt of a call is sent with its own seed (the call's seed plus its index), so the
+K samples of a group differ while a seeded call stays reproducible, and the reply's text is decoded
+locally from the sampled ids, as the in-process engine decodes it.
+
+A served *policy* gets new weights after every update (`update_weights(directory, version=...)`): a LoRA
+adapter is loaded on every server under a fresh name (`POST /load_lora_adapter`, vLLM with
 `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`), requests then name that adapter as their model, and the previous
-adapter is unloaded. The adapter directory must be readable by the servers (same machine or a shared
-file system). Every `Completion` carries the engine's `version` at the time of the request.
+adapter is unloaded; a full checkpoint is loaded into the servers' base weights in place
+(`llm.served_weights`, servers started by `coevolve engine serve`). The directory must be readable by the
+servers (same machine or a shared file system). Every `Completion` carries the engine's `version` at the
+time of the request.
 
     engine = OpenAIEngine("http://127.0.0.1:8000/v1", "Qwen/Qwen3-4B", tokenizer=tok, token_ids=True)
     engine.chat([[{"role": "user", "content": "Say hi"}]], SamplingParams(max_new_tokens=16))
@@ -135,19 +141,22 @@ class OpenAIEngine:
         self.check_health()
         completions: list[Completion | None] = [None] * len(prompts)
         with ThreadPoolExecutor(max_workers=max(1, min(self.max_concurrency, len(prompts)))) as pool:
-            futures = {pool.submit(self._complete, prompt, sampling): i for i, prompt in enumerate(prompts)}
+            futures = {pool.submit(self._complete, prompt, sampling, i): i for i, prompt in enumerate(prompts)}
             for future in as_completed(futures):
                 completions[futures[future]] = future.result()
                 if progress:
                     progress(1)
         return [c for c in completions if c is not None]
 
-    def _complete(self, prompt: list[int], sampling: SamplingParams) -> Completion:
+    def _complete(self, prompt: list[int], sampling: SamplingParams, index: int = 0) -> Completion:
         body: dict[str, Any] = {"model": self.model, **_sampling_body(sampling)}
         if self.token_ids:
             body |= {"prompt": prompt, "logprobs": 1, "return_tokens_as_token_ids": True}
-            if sampling.stop_token_ids:
-                body["stop_token_ids"] = list(sampling.stop_token_ids)
+            if sampling.seed is not None:  # one seed for all would give the K samples of a group one reply
+                body["seed"] = (sampling.seed + index) % 2**32
+            stop = {*sampling.stop_token_ids, *self._eos_ids()}
+            if stop:
+                body["stop_token_ids"] = sorted(stop)
         else:
             body["prompt"] = self.tokenizer.decode(prompt, skip_special_tokens=False)
         data = self._post("completions", body)
@@ -158,6 +167,8 @@ class OpenAIEngine:
         except (KeyError, IndexError, TypeError, AttributeError) as exc:
             raise OpenAIEngineError(f"completions: unexpected response shape ({exc!r})") from exc
         ids, logprobs = self._ids_of(choice, text)
+        if self.token_ids and self.tokenizer is not None:  # the reply without its stop token, specials kept
+            text = self.tokenizer.decode(ids[:-1] if finish == "stop" else ids, skip_special_tokens=False)
         return Completion(token_ids=ids, logprobs=logprobs, text=text, finish_reason=finish, version=self.version)
 
     def _ids_of(self, choice: dict, text: str) -> tuple[list[int], list[float]]:
@@ -179,33 +190,51 @@ class OpenAIEngine:
     def _end_id(self) -> int:
         return int(self.tokenizer.eos_token_id)
 
+    def _eos_ids(self) -> list[int]:
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        return [int(eos)] if isinstance(eos, int) else []
+
     def end_sessions(self, sessions: list[Hashable]) -> None:
         """Nothing is cached on this side."""
 
-    def update_weights(self, source: Any) -> None:
-        """Serve the LoRA adapter in directory `source` on every server, then drop the previous one.
+    def update_weights(self, source: Any, *, version: str | None = None) -> None:
+        """Serve the weights in directory `source` on every server: a LoRA adapter is hot-loaded under a
+        fresh name (the previous one dropped), a full checkpoint loaded in place (`llm.served_weights`).
+        `version` (else left to the caller) becomes the engine's version and the servers' weight label."""
+        from coevolve.llm.served_weights import is_full_checkpoint, sync_full_weights
 
-        Full-weight checkpoints cannot be pushed through the OpenAI API: train with `train.lora_rank` > 0.
-        `version` is left to the caller (set it after this returns).
-        """
         path = Path(source) if isinstance(source, str | os.PathLike) else None
-        if path is None or not (path / "adapter_config.json").is_file():
+        if path is not None and is_full_checkpoint(path):
+            sync_full_weights(self, path, version or self.version, force=version is None)
+            self.use_base()
+        elif path is not None and (path / "adapter_config.json").is_file():
+            name = f"policy-{next(self._adapters)}-{os.getpid()}"
+            for server in range(len(self._clients)):
+                self._post_to(server, "load_lora_adapter", {"lora_name": name, "lora_path": str(path.resolve())})
+            previous, self.model = self.model, name
+            if previous != self.base_model:
+                self._unload(previous)
+        else:
             raise OpenAIEngineError(
-                f"update_weights: {source!r} is not a LoRA adapter directory (no adapter_config.json). A served "
-                "policy takes new weights by LoRA hot-loading: set train.lora_rank > 0"
+                f"update_weights: {source!r} is neither a LoRA adapter directory (adapter_config.json) nor a "
+                "checkpoint directory (config.json and safetensors)"
             )
-        name = f"policy-{next(self._adapters)}-{os.getpid()}"
-        for server in range(len(self._clients)):
-            self._post_to(server, "load_lora_adapter", {"lora_name": name, "lora_path": str(path.resolve())})
-        previous, self.model = self.model, name
-        if previous != self.base_model:
-            self._unload(previous)
+        if version is not None:
+            self.version = version
 
-    def use_base(self) -> None:
-        """Serve the base model again (the policy went back to its initial weights)."""
+    def use_base(self, weights: Path | None = None, *, version: str | None = None) -> None:
+        """Serve the base model again (the policy went back to its initial weights); `version` names them.
+        `weights`: the base checkpoint directory of a full-weight policy, loaded on every server whose
+        weight label is not `version` (a server synced by an earlier run serves other weights)."""
         previous, self.model = self.model, self.base_model
         if previous != self.base_model:
             self._unload(previous)
+        if weights is not None:
+            from coevolve.llm.served_weights import sync_full_weights
+
+            sync_full_weights(self, weights, version or self.version)
+        if version is not None:
+            self.version = version
 
     def _unload(self, name: str) -> None:
         for server in range(len(self._clients)):

@@ -33,8 +33,10 @@ class ModelConfig(Section):
     """Most sequences generated together in one forward batch."""
     servers: list[str] = Field(default_factory=list)
     """OpenAI-compatible inference servers (base URLs with `/v1`; `coevolve engine serve`) that generate for
-    the policy, round-robin; empty = the in-process transformers engine. Needs `train.lora_rank` > 0: each
-    update's adapter is hot-loaded on every server (the servers must be able to read the run's directory)."""
+    the policy, round-robin; empty = the in-process transformers engine. After each update the servers load
+    its checkpoint (they must be able to read the run's directory): the LoRA adapter with
+    `train.lora_rank` > 0 (any vLLM server with runtime LoRA updating), else the full weights (servers
+    started by `coevolve engine serve`, whose worker extension reloads a checkpoint in place)."""
     served_name: str | None = None
     """The name the servers serve the base model under (default: `name`)."""
     api_key_env: str | None = None
@@ -298,14 +300,6 @@ class CoevolveConfig(Section):
     """Where environment episodes run (in process, or Ray actors)."""
     tracking: TrackingSection = TrackingSection()
     """Experiment trackers that receive each round's metrics (`report_to`; default none)."""
-
-    @model_validator(mode="after")
-    def _servers_need_lora(self) -> CoevolveConfig:
-        if self.model.servers and not self.train.lora_rank:
-            raise ValueError(
-                "model.servers: a served policy takes new weights as LoRA adapters; set train.lora_rank > 0"
-            )
-        return self
 
     def value(self, path: str) -> Any:
         """The value at a dotted path: a section (`rollout`) or one field (`run.seed`)."""

@@ -13,6 +13,11 @@ Like vLLM with runtime LoRA updating, it also answers `GET /v1/models`, `POST /v
 ({lora_name, lora_path}) and `POST /v1/unload_lora_adapter` ({lora_name}) with plain-text replies, keeps
 the loaded adapters in `adapters` (name -> path), and refuses a completion whose `model` is neither
 `served_model` nor a loaded adapter (404). Each completion echoes the model it was asked for.
+
+With `dev_endpoints`, it also answers what a vLLM server started for a full-weight policy adds (dev mode
+and the `coevolve_vllm` worker extension): `/pause`, `/resume`, `/reset_prefix_cache`,
+`/update_weight_version` ({new_version}, read back by `GET /weight_info`) and `/collective_rpc` with
+`reload_from_dir` (the directory is appended to `reloads`); without it those paths answer 404.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import time
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+DEV_PATHS = frozenset({"/pause", "/resume", "/reset_prefix_cache", "/update_weight_version", "/collective_rpc"})
 
 
 class FakeOpenAIServer:
@@ -37,12 +44,17 @@ class FakeOpenAIServer:
         fail_first: int = 0,
         delay_s: float = 0.0,
         served_model: str | None = None,
+        dev_endpoints: bool = False,
     ) -> None:
         self.chat_replies, self.completion_ids = list(chat_replies), list(completion_ids)
         self.completion_text, self.fail_first, self.delay_s = completion_text, fail_first, delay_s
         self.served_model = served_model
         """When set, completions must name it or a loaded adapter."""
         self.adapters: dict[str, str] = {}
+        self.dev_endpoints = dev_endpoints
+        self.weight_version = "default"
+        self.reloads: list[str] = []
+        self.paused = False
         self.requests: list[dict[str, Any]] = []
         self._chats = 0
         self._lock = threading.Lock()
@@ -96,7 +108,24 @@ class FakeOpenAIServer:
                 if self.adapters.pop(body.get("lora_name"), None) is None:
                     return 404, {"error": {"message": f"adapter {body.get('lora_name')} not found"}}
             return 200, f"Success: LoRA adapter '{body['lora_name']}' removed successfully."
+        if self.dev_endpoints and path.split("?")[0] in DEV_PATHS:
+            return self._dev(path.split("?")[0], body)
         return 404, {"error": {"message": f"no route {path}"}}
+
+    def _dev(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        with self._lock:
+            if path in ("/pause", "/resume"):
+                self.paused = path == "/pause"
+                return 200, {"status": "paused" if self.paused else "resumed"}
+            if path == "/update_weight_version":
+                self.weight_version = body["new_version"]
+                return 200, {"success": True, "new_version": self.weight_version}
+            if path == "/collective_rpc":
+                if body.get("method") != "reload_from_dir" or not self.paused:
+                    return 400, {"error": f"unexpected rpc {body} (paused: {self.paused})"}
+                self.reloads.append(body["args"][0])
+                return 200, {"results": [{"path": body["args"][0], "tied": True}]}
+            return 200, {"success": True}  # /reset_prefix_cache
 
     def _completion_choice(self, body: dict[str, Any]) -> dict[str, Any]:
         max_tokens = int(body.get("max_tokens", 16))
@@ -125,7 +154,9 @@ class FakeOpenAIServer:
             def do_GET(self) -> None:  # noqa: N802
                 with fake._lock:
                     fake.requests.append({"path": self.path, "body": None, "headers": dict(self.headers)})
-                if self.path == "/v1/models":
+                if self.path == "/weight_info" and fake.dev_endpoints:
+                    self._reply(200, {"weight_version": fake.weight_version})
+                elif self.path == "/v1/models":
                     names = [fake.served_model or "fake-model", *fake.adapters]
                     self._reply(200, {"object": "list", "data": [{"id": n, "object": "model"} for n in names]})
                 else:

