@@ -112,7 +112,8 @@ class ChatFormat:
     def template(self) -> str:
         """This format as a Jinja chat template: `apply_chat_template(demonstrations + messages, tools=tools,
         add_generation_prompt=True)` renders `prompt_text` (`llm.chat_template`)."""
-        return chat_template(wrap_tool_results=self.wrap_tool_results, param_descriptions=self.param_descriptions)
+        return chat_template(default_instructions=DEFAULT_INSTRUCTIONS, call_format=CALL_FORMAT,
+                             wrap_tool_results=self.wrap_tool_results, param_descriptions=self.param_descriptions)
 
     def encode(self, text: str) -> list[int]:
         """`text` as token ids, without special tokens added (a reply, a prefix, a turn)."""

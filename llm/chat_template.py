@@ -12,7 +12,7 @@ Demonstrations are ordinary turns placed before the conversation.
 The template starts with a marker naming its settings, so a `ChatFormat` built on a saved tokenizer
 renders tool results the way the original did (`saved_settings`).
 
-    tokenizer.chat_template = chat_template(wrap_tool_results=False)
+    tokenizer.chat_template = ChatFormat(tokenizer).template()
 """
 
 from __future__ import annotations
@@ -103,12 +103,12 @@ _BODY = r"""
 """
 
 
-def chat_template(*, wrap_tool_results: bool, param_descriptions: bool = False) -> str:
-    """The Jinja template that renders what `ChatFormat` with these settings renders."""
-    from coevolve.llm.chat import CALL_FORMAT, DEFAULT_INSTRUCTIONS  # chat.py imports this module
-
+def chat_template(*, default_instructions: str, call_format: str, wrap_tool_results: bool,
+                  param_descriptions: bool = False) -> str:
+    """The Jinja template that renders what `ChatFormat` with these settings renders (`ChatFormat.template`
+    passes its system-message text)."""
     settings = {"wrap_tool_results": wrap_tool_results, "param_descriptions": param_descriptions}
-    values = {**settings, "default_instructions": DEFAULT_INSTRUCTIONS, "call_format": CALL_FORMAT}
+    values = {**settings, "default_instructions": default_instructions, "call_format": call_format}
     lines = [f"{{%- set {name} = {json.dumps(value)} -%}}" for name, value in values.items()]
     return f"{{#- {MARKER} {json.dumps(settings)} -#}}\n" + "\n".join(lines) + _BODY
 

@@ -16,6 +16,10 @@ from typing import Any, Literal, Protocol, runtime_checkable
 FinishReason = Literal["stop", "length"]
 
 
+class OpenAIEngineError(RuntimeError):
+    """A server behind an OpenAI-compatible engine refused a request, or kept failing after the retries."""
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """How to decode. `greedy` ignores temperature and top_p and reports log-probs at temperature 1."""

@@ -46,16 +46,12 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from coevolve.llm.engine import Completion, SamplingParams
+from coevolve.llm.engine import Completion, OpenAIEngineError, SamplingParams
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 """Largest reply read from a server (a completion of thousands of tokens with log-probs is far smaller)."""
 TOKEN_PREFIX = "token_id:"
-
-
-class OpenAIEngineError(RuntimeError):
-    """The server refused a request, or kept failing after the retries."""
 
 
 class OpenAIEngine:

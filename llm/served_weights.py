@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from coevolve.llm.engine import OpenAIEngineError
+
 DEV_HINT = ("start it with `coevolve engine serve` for a config with train.lora_rank: 0 (worker extension "
             "coevolve_vllm, VLLM_SERVER_DEV_MODE=1)")  # fmt: skip
 
@@ -73,8 +75,6 @@ def _sync_one(engine: Any, server: int, path: str, version: str) -> None:
 
 
 def _expect(engine: Any, server: int, method: str, path: str, body: dict | None = None) -> Any:
-    from coevolve.llm.openai_engine import OpenAIEngineError
-
     status, data = _call(engine, server, method, path, body)
     if status == 404:
         raise OpenAIEngineError(f"{engine.urls[server]}: no /{path.split('?')[0]} endpoint, so the server cannot "

@@ -57,7 +57,7 @@ def test_appworld_server_without_task_data_is_reported(fake):
 
 def test_builtin_environments_report_counts_and_versions():
     toolworld = check_environment("toolworld", {"n_train": 4, "n_test": 2, "n_heldout": 2})
-    assert ready(toolworld) and "tasks train 4, test 2, heldout-templates 2" in toolworld[0]
+    assert ready(toolworld) and "tasks train 4, test 2, validation 48, heldout-templates 2" in toolworld[0]
     bfcl = check_environment("bfcl")
     assert (
         ready(bfcl) and "bfcl-eval 2026.3.23" in bfcl[-1] and "all 200, ae-train 100, ae-test 100" in bfcl[-1]

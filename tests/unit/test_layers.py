@@ -4,7 +4,7 @@ Layers, lowest first (a module imports only from its own package or a lower laye
 
     0  coevolve.core, coevolve.config,        shared ids and types, the run config, child processes
        coevolve.processes
-    1  storage, envs, llm, rl                 (envs may use llm's tool-call parser)
+    1  storage, envs, llm, rl                 (envs and rl may use llm: its tool-call parser, its chat template)
     2  agents                                 policy, teacher, episode loop, ledger rows
        ui                                     the web view (`coevolve ui`): reads storage only
     3  executors, evolution                   where work runs; the evolution phases' logic
@@ -12,7 +12,7 @@ Layers, lowest first (a module imports only from its own package or a lower laye
     5  stages                                 one module per stage
     6  flows                                  the Prefect flow and the CLI
     7  benchmarks
-    8  flows.cli                              the command line, over everything (`coevolve bench` included)
+    8  flows.cli                              the command line (a package), over everything (`coevolve bench` included)
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ LAYERS = {
     "coevolve.flows.cli": 8,
     "coevolve.benchmarks": 7,
 }
-SIDEWAYS = {("coevolve.envs", "coevolve.llm")}
-"""Same-layer imports that are allowed: environments parse replies with llm's tool-call parser."""
+SIDEWAYS = {("coevolve.envs", "coevolve.llm"), ("coevolve.rl", "coevolve.llm")}
+"""Same-layer imports that are allowed: environments parse replies with llm's tool-call parser; a checkpoint
+saves llm's chat template with its tokenizer."""
 FOLDERS = {"coevolve": "coevolve", "agents": "coevolve.agents", "benchmarks": "coevolve.benchmarks",
            "envs": "coevolve.envs", "evolution": "coevolve.evolution", "executors": "coevolve.executors",
            "flows": "coevolve.flows", "llm": "coevolve.llm", "pipeline": "coevolve.pipeline", "rl": "coevolve.rl",

@@ -1,0 +1,265 @@
+"""`coevolve`: the command line. Heavy imports (torch, prefect, transformers) happen inside commands,
+so `coevolve --help` is instant.
+
+    coevolve run configs/toolworld-smollm2.yaml            # a short run of the demo config
+    coevolve run --run toolworld-smollm2 --more 1          # one more round, with the run's saved config
+    coevolve serve                                         # serve deployment coevolve/round (PREFECT_API_URL)
+    coevolve stage rollout --run demo --round 1 --force    # re-run one stage from cached inputs
+    coevolve fork demo demo-f1 --set evolve.every=1        # a new run sharing demo's identical stages
+    coevolve update-worker --run demo --machine-rank 1     # another machine's share of multi-machine updates
+    coevolve sql "SELECT round, avg(reward) FROM trajectories GROUP BY ALL ORDER BY round"   # docs/sql.md
+    coevolve runs                                          # runs, rounds, dataset size, success
+    coevolve show task 3f2a | coevolve show trajectory 9c  # one task / episode, by id prefix
+    coevolve ui                                            # a read-only web view of the runs (coevolve.ui)
+    coevolve env list | coevolve env replay toolworld --split test
+
+Bad input or state (config, run, round, stage name, corrupt artifact, unreachable Prefect server) ends in
+one paragraph on stderr that names the command that fixes it, and exit status 2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from coevolve.flows.cli import inspect_commands
+from coevolve.flows.cli.group_commands import bench, engine_app, env_app, models_app
+from coevolve.flows.cli.support import (
+    Overrides,
+    RootOption,
+    fail,
+    quiet_libraries,
+    require_prefect_api,
+    root_of,
+    run_layout,
+    user_errors,
+)
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="CoEvolve: agent-data mutual evolution.")
+
+
+@app.callback()
+def main_options(verbose: Annotated[bool, typer.Option(
+        "--verbose", "-v", help="Show library logs (Prefect, transformers) on the terminal too.")] = False) -> None:
+    """Set before any library is imported: Prefect configures its logging when first imported."""
+    console = "INFO" if verbose else "WARNING"
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", console)  # INFO still reaches the API
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "info" if verbose else "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "0" if verbose else "1")
+
+
+@app.command()
+def run(
+    config: Annotated[Path | None, typer.Argument(
+        help="YAML run config, e.g. configs/toolworld-smollm2.yaml (default: the saved config of --run).")] = None,
+    rounds: Annotated[int | None, typer.Option(help="Total rounds the run should have (default: run.rounds).")] = None,
+    more: Annotated[int | None, typer.Option(help="Run this many rounds beyond the completed ones.")] = None,
+    run_name: Annotated[str | None, typer.Option("--run", help="Run name (default: run.name).")] = None,
+    force: Annotated[bool, typer.Option(
+        help="Recompute every stage; also accepts a config that changes the run's model or environment.")] = False,
+    overrides: Overrides = None,
+    root: RootOption = None,
+) -> None:
+    """Run or continue a CoEvolve run in-process (the `coevolve` Prefect flow, on PREFECT_API_URL's server
+    or a temporary local one). A run whose every stage is cached prints its rounds without starting Prefect."""
+    if root is not None:
+        os.environ["COEVOLVE_HOME"] = str(root)
+    from coevolve.flows.runs import all_cached, resolve_run, rounds_to_run
+    from coevolve.pipeline.context import RunContext
+
+    try:  # check config and run before paying for torch and Prefect
+        cfg, name, root_dir = resolve_run(config, run_name, overrides or [], force=force)
+        ctx = RunContext.create(cfg, name, root_dir)
+        total = rounds_to_run(ctx, rounds, more)
+        if not force and all_cached(ctx, total):
+            return _print_finished(ctx, total)
+        quiet_libraries()
+        from coevolve.flows.coevolve import coevolve
+        from coevolve.flows.prefect_api import prefect_api
+
+        with prefect_api():
+            result = coevolve(None if config is None else str(config), run=name, rounds=total,
+                              overrides=overrides or [], force=force)
+    except user_errors() as exc:
+        fail(str(exc))
+    _print_where(result["root"], result["run"])
+
+
+def _print_finished(ctx, rounds: int) -> None:
+    from coevolve.flows.summary import round_line, run_metrics
+    from coevolve.flows.tracking import track_rounds
+
+    rows = run_metrics(ctx.store, rounds)
+    for row in rows:
+        typer.echo(round_line(row, ["all"]).replace("cached: all", "cached"))
+    track_rounds(ctx.config, ctx.store.layout, rows)  # rounds finished before tracking was on
+    _print_where(str(ctx.store.layout.root), ctx.run)
+
+
+def _print_where(root: str, run: str) -> None:
+    typer.echo(f"\nrun '{run}' is in {root}/run={run}/; inspect it with SQL (docs/sql.md):")
+    typer.echo('  coevolve sql "SELECT round, source, count(*) AS episodes, avg(success::INT) AS success '
+               'FROM trajectories GROUP BY ALL ORDER BY ALL"')
+
+
+@app.command()
+def serve(
+    name: Annotated[str, typer.Option(help="Deployment name: the flow is served as coevolve/NAME.")] = "round",
+    limit: Annotated[int | None, typer.Option(help="At most this many flow runs at once.")] = 1,
+) -> None:
+    """Serve the `coevolve` flow as deployment coevolve/NAME from this process (needs a Prefect server:
+    PREFECT_API_URL). Trigger it with `prefect deployment run coevolve/round -p config=... -p more=1`."""
+    require_prefect_api("serve")
+    quiet_libraries()
+    from coevolve.flows.serve import serve_deployment
+
+    serve_deployment(name, limit=limit)
+
+
+@app.command()
+def stage(
+    name: Annotated[str, typer.Argument(help="Stage name, e.g. rollout, grpo_update, evaluate.")],
+    run_name: Annotated[str, typer.Option("--run", help="Run name.")],
+    round_: Annotated[int, typer.Option("--round", help="Round number.")],
+    force: Annotated[bool, typer.Option(help="Recompute even if the cache key matches.")] = False,
+    overrides: Annotated[list[str] | None, typer.Option(
+        "--set", help="Config override KEY=VALUE (repeatable), saved into the run's config.yaml.")] = None,
+    root: RootOption = None,
+) -> None:
+    """Re-run one stage of a run from its cached inputs (reports 'cached' when nothing changed).
+
+    `--set` changes the run's saved config (so the flow and later stages use it too); stages whose
+    config sections it touches recompute when they next run."""
+    from coevolve.flows.runs import check_round
+    from coevolve.stages import get_stage
+
+    layout = run_layout(root, run_name)
+    if not layout.config_path.exists():
+        fail(f"no run '{run_name}' under {layout.root} ({layout.config_path} missing). List runs with "
+              f"`coevolve runs`, or start this one with `coevolve run CONFIG --run {run_name}`.")
+    try:
+        stage_def = get_stage(name)
+    except ValueError as exc:
+        fail(f"{exc}. {_did_you_mean(name)}")
+    from coevolve.storage.lock import run_lock
+
+    try:
+        check_round(layout, round_)
+        with run_lock(layout, f"coevolve stage {name} --run {run_name} --round {round_}"):
+            cfg = _stage_config(layout, overrides or [], force=force)
+            quiet_libraries()
+            record = _rerun_stage(stage_def, cfg, layout, round_, force=force)
+    except user_errors() as exc:
+        fail(str(exc))
+    state = "cached" if record.cached else f"computed in {record.manifest.seconds:.1f} s"
+    typer.echo(f"{name} round {round_}: {state}; key {record.manifest.key}")
+    for ref in record.manifest.artifacts.values():
+        typer.echo(f"  {ref.name}: {ref.rows} rows -> {ref.path}")
+
+
+def _rerun_stage(stage_def, cfg, layout, round_: int, *, force: bool):
+    """The stage in this process, as a `coevolve-stage` flow run when a Prefect API is configured."""
+    from coevolve.flows.prefect_api import configured_api_url
+    from coevolve.pipeline.context import RunContext
+    from coevolve.pipeline.runner import run_stage
+
+    if not configured_api_url():
+        return run_stage(stage_def, RunContext.create(cfg, layout.run, layout.root), round_, force=force)
+    from coevolve.flows.coevolve import coevolve_stage
+    from coevolve.flows.prefect_api import prefect_api
+
+    with prefect_api():
+        result = coevolve_stage(stage_def.name, layout.run, round_, str(layout.root), force=force)
+    from coevolve.pipeline.runner import StageRecord
+
+    store = RunContext.create(cfg, layout.run, layout.root).store
+    return StageRecord(store.completed(round_, stage_def.name), cached=result["cached"])
+
+
+@app.command("update-worker")
+def update_worker(
+    run_name: Annotated[str, typer.Option("--run", help="Run whose multi-machine updates to join.")],
+    machine_rank: Annotated[int, typer.Option(help="This machine's rank (1, 2, ...; machine 0 runs the flow).")],
+    jobs: Annotated[int | None, typer.Option(help="Stop after joining this many updates (default: never).")] = None,
+    root: RootOption = None,
+) -> None:
+    """Join a run's grpo updates from another machine (accelerate config with num_machines > 1)."""
+    from coevolve.executors.accelerate_update import serve_machine
+
+    try:
+        serve_machine(run_layout(root, run_name).run_dir, machine_rank, jobs=jobs,
+                      report=lambda line: typer.echo(line, err=True))  # fmt: skip
+    except ValueError as exc:
+        fail(str(exc))
+
+
+@app.command()
+def fork(
+    source: Annotated[str, typer.Argument(help="The run to copy stages from.")],
+    target: Annotated[str, typer.Argument(help="The new run's name.")],
+    rounds: Annotated[int, typer.Option(help="Consider the stages of the source's first ROUNDS rounds.")] = 1,
+    config: Annotated[Path | None, typer.Option(
+        help="The new run's config file (default: the source's saved config).")] = None,
+    overrides: Overrides = None,
+    root: RootOption = None,
+) -> None:
+    """Start run TARGET from the stages of run SOURCE that its config (the source's, or --config, plus
+    --set) would compute identically; `coevolve run --run TARGET` then computes only the rest. E.g.
+    `coevolve fork grpo-s0 coevolve-s0 --set evolve.every=1` shares round 0's rollout, update and evals."""
+    from coevolve.config import load_config
+    from coevolve.flows.fork import fork_run
+
+    base = config or run_layout(root, source).config_path
+    try:
+        if not base.exists():
+            fail(f"no run '{source}' under {root_of(root)} ({base} missing). List runs with `coevolve runs`.")
+        copied = fork_run(load_config(base, overrides or []), root_of(root), source, target, rounds)
+    except user_errors() as exc:
+        fail(str(exc))
+    typer.echo(f"run '{target}': {len(copied)} stages copied from '{source}'"
+               + "".join(f"\n  round {r}: {stage}" for r, stage in copied))  # fmt: skip
+    typer.echo(f"continue it with `coevolve run --run {target} --rounds N` (the rest of each round is computed)")
+
+
+def _did_you_mean(name: str) -> str:
+    import difflib
+
+    from coevolve.stages import STAGES
+
+    close = difflib.get_close_matches(name, list(STAGES), n=1)
+    return f"Did you mean `{close[0]}`?" if close else "See `coevolve stage --help`."
+
+
+def _stage_config(layout, overrides: list[str], *, force: bool):
+    """The run's saved config; overrides are validated, then saved into it (with a note)."""
+    from coevolve.config import load_config
+    from coevolve.flows.runs import check_compatible, persist_overrides
+
+    before = load_config(layout.config_path)
+    if not overrides:
+        return before
+    if not force:
+        check_compatible(layout, load_config(layout.config_path, overrides), config_source="--set")
+    cfg = persist_overrides(layout, overrides)
+    if cfg != before:
+        typer.echo(f"note: saved {', '.join(overrides)} into {layout.config_path}; the flow and later stages "
+                   f"of run '{layout.run}' use it (`coevolve run --run {layout.run}` continues with it)")
+    return cfg
+
+
+for command in (inspect_commands.sql, inspect_commands.runs, inspect_commands.evolution, inspect_commands.show, inspect_commands.ui):
+    app.command()(command)
+app.add_typer(env_app, name="env")
+app.add_typer(models_app, name="models")
+app.add_typer(engine_app, name="engine")
+app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+            add_help_option=False)(bench)  # fmt: skip
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app(sys.argv[1:])

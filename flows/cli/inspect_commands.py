@@ -1,0 +1,104 @@
+"""The `coevolve` commands that look at runs: `sql`, `runs`, `evolution`, `show`, `ui` (registered by
+`flows.cli`). They read the runs folder only."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from coevolve.flows.cli.support import RootOption, fail, root_of, run_layout
+
+
+def sql(
+    query: Annotated[str, typer.Argument(help="SQL over the views trajectories, steps, samples, updates, ...")],
+    format_: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    root: RootOption = None,
+) -> None:
+    """Query every run with DuckDB (views over the Parquet artifacts, with run/round/stage columns;
+    see docs/sql.md)."""
+    import duckdb
+
+    from coevolve.storage.catalog import ArtifactFiles
+    from coevolve.storage.catalog import query as run_query
+
+    if format_ not in {"table", "csv", "json"}:
+        fail("--format must be table, csv or json")
+    files = ArtifactFiles.scan(root_of(root))
+    try:
+        table = run_query(root_of(root), query, files)
+    except duckdb.Error as exc:
+        from coevolve.flows.render import explain_query_error
+
+        fail(explain_query_error(exc, root_of(root)))
+    from coevolve.flows.render import print_table, unreadable_notes
+
+    for note in unreadable_notes(files.unreadable):
+        typer.echo(note, err=True)
+    print_table(table, format_)
+
+
+def runs(root: RootOption = None) -> None:
+    """List runs with their rounds, dataset size and success rates (from their manifests)."""
+    from coevolve.flows.render import print_rows
+    from coevolve.flows.summary import runs_overview
+
+    rows = runs_overview(root_of(root))
+    if not rows:
+        typer.echo(f"no runs under {root_of(root)} yet; start one with `coevolve run configs/test-tiny.yaml`")
+        return
+    print_rows(rows)
+
+
+def evolution(
+    run_name: Annotated[str, typer.Argument(metavar="RUN", help="The run to report on.")],
+    root: RootOption = None,
+) -> None:
+    """What a run's data evolution did: signals, explorations, candidates, verdicts, merged tasks, how the
+    policy did on them, one admitted task and the SQL that follows it back to its signal."""
+    from coevolve.flows.evolution_report import evolution_report
+
+    layout = run_layout(root, run_name)
+    if not layout.run_dir.exists():
+        fail(f"no run '{run_name}' under {layout.root}; list runs with `coevolve runs`")
+    for line in evolution_report(layout.root, run_name):
+        typer.echo(line)
+
+
+def show(
+    kind: Annotated[str, typer.Argument(help="task or trajectory.")],
+    id_: Annotated[str, typer.Argument(metavar="ID", help="Its id, or any unique prefix of it.")],
+    run_name: Annotated[str | None, typer.Option("--run", help="Run to look in (default: any).")] = None,
+    root: RootOption = None,
+) -> None:
+    """Show one task (turns, solution, checker, lineage, success per round) or one trajectory
+    (messages, tool calls and observations, reward, its task) as a readable conversation."""
+    import duckdb
+
+    from coevolve.flows.show import IdLookupError
+    from coevolve.flows.show import show as show_item
+
+    if kind not in {"task", "trajectory"}:
+        fail(f"cannot show {kind!r}: use `coevolve show task ID` or `coevolve show trajectory ID`")
+    try:
+        show_item(kind, id_, root_of(root), run_name)
+    except IdLookupError as exc:
+        fail(str(exc))
+    except duckdb.Error as exc:
+        from coevolve.flows.render import explain_query_error
+
+        fail(explain_query_error(exc, root_of(root)))
+
+
+def ui(
+    root: RootOption = None,
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8420,
+    host: Annotated[str, typer.Option(help="Address to bind; anyone who reaches it can read the runs.")] = "127.0.0.1",
+) -> None:
+    """A read-only local web view of the runs: curves, rounds, trajectories and their tokens, signals,
+    verification outcomes and each synthesized task's lineage (coevolve.ui)."""
+    if not root_of(root).is_dir():
+        fail(f"no storage root {root_of(root)}; start a run with `coevolve run configs/test-tiny.yaml` or pass --root")
+    from coevolve.ui.app import serve
+
+    serve(root_of(root), host=host, port=port)
