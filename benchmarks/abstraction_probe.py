@@ -34,6 +34,7 @@ from coevolve.benchmarks.record import command_line, figure, record_result
 from coevolve.benchmarks.suite import argument_parser
 from coevolve.envs.base import Task
 from coevolve.evolution.abstraction import abstract_groups, build_groups, single_call_groups
+from coevolve.evolution.contamination import HeldOut
 from coevolve.evolution.verification import VerifySettings, check_solutions
 from coevolve.llm.chat import ChatFormat
 from coevolve.llm.hf_engine import HfEngine
@@ -64,7 +65,7 @@ def environment_verdicts(make_env, rows: list[dict]) -> Counter:
     """Verification's environment checks (no policy attempt) over one batch of candidate rows, siblings
     standing in for a discarded candidate as in the verify stage: solutions that pass, reasons of the rest."""
     verdicts = Counter()
-    for passed, rejected in check_solutions(make_env, rows, [], VerifySettings()):
+    for passed, rejected in check_solutions(make_env, rows, HeldOut(), VerifySettings()):
         verdicts.update(reason.split(":")[0] for _, reason in rejected)
         if passed is not None:
             verdicts["passes"] += 1

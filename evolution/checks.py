@@ -7,18 +7,20 @@ the replay's digests and results, the answers dropped or read): it either fills 
 
 1. `drop_unasked_answers`: an instruction asks for no answer, so the teacher's are not required.
 2. `derive_task`: the task the row describes, its checker derived by the environment (`replay`).
-3. `not_contaminated`: not a near-duplicate of a held-out task (`contamination`).
+3. `not_contaminated`: not a near-duplicate of a held-out task, by solution or query (`contamination`).
 4. `replay`: every solution call runs; the state digests around the solution and its results.
 5. `read_only_asks_a_question`, 6. `read_only_asks_no_action`: a solution that changes nothing must
    answer a question, and its query ask for no action (a mismatched pair otherwise: `no effect`).
 7. `read_only_reads_its_answers`: a read-only task that names no answer asks for what it reads.
-8. `answers_in_results`, 9. `has_effect`: every answer appears in a result; the solution changes the
+8. `checks_nothing_held_out`: not the answers of a held-out task in its world, nor its final state
+   (`contamination`).
+9. `answers_in_results`, 10. `has_effect`: every answer appears in a result; the solution changes the
    state or answers something.
-10. `answers_not_leaked`: a text answer is not stated by the query itself (`leaked`).
-11. `answers_of_the_named_object`: an answer read off another object than the query names (`misread`).
-12. `solvable`: every argument appears in the query or an earlier result (`unsolvable`).
-13. `grounded`: the query's literals are used or read by the solution (`ungrounded`).
-14. `reference_satisfies_checker`: the reference solution passes the derived checker (`checker`).
+11. `answers_not_leaked`: a text answer is not stated by the query itself (`leaked`).
+12. `answers_of_the_named_object`: an answer read off another object than the query names (`misread`).
+13. `solvable`: every argument appears in the query or an earlier result (`unsolvable`).
+14. `grounded`: the query's literals are used or read by the solution (`ungrounded`).
+15. `reference_satisfies_checker`: the reference solution passes the derived checker (`checker`).
 
 What the English query asks for is read by `evolution.queries`; replaying and reading results is in
 `evolution.candidates`.
@@ -45,9 +47,9 @@ from coevolve.evolution.candidates import (
     replay_solution,
     result_objects,
 )
+from coevolve.evolution.contamination import HeldOut
 from coevolve.evolution.queries import asks_for_information, query_literals, requested_action
 from coevolve.evolution.settings import VerifySettings
-from coevolve.evolution.similarity import jaccard, task_signature
 from coevolve.llm.replies import short_text
 
 CONTAMINATION = "contamination"
@@ -62,8 +64,8 @@ class CheckContext:
     """What every check may use: the environment, the held-out tasks and the settings."""
 
     make_env: Callable[[], Environment]
-    held_out: list[tuple[str, str, str]]
-    """(task signature, query, task id) of every held-out task."""
+    held_out: HeldOut
+    """The held-out tasks, indexed for the contamination guard."""
     settings: VerifySettings
 
 
@@ -141,9 +143,17 @@ def derive_task(ctx: CheckContext, d: Draft) -> None:
 
 def not_contaminated(ctx: CheckContext, d: Draft) -> None:
     """The task is no near-duplicate of a held-out task (its solution, or its query by Jaccard similarity)."""
-    twin = contamination(d.task, ctx.held_out, ctx.settings.contamination_jaccard)
+    twin = ctx.held_out.near_duplicate(d.task, ctx.settings.contamination_jaccard)
     if twin is not None:
-        raise Rejected(f"{CONTAMINATION}: near-duplicate of held-out task {twin}")
+        raise Rejected(f"{CONTAMINATION}: {twin}")
+
+
+def checks_nothing_held_out(ctx: CheckContext, d: Draft) -> None:
+    """The task checks nothing a held-out task checks: not the same answers in the same world, and (for a
+    solution that changes the state) not the same final state (`contamination.HeldOut.same_check`)."""
+    twin = ctx.held_out.same_check(d.task, after=d.after, read_only=d.read_only)
+    if twin is not None:
+        raise Rejected(f"{CONTAMINATION}: {twin}")
 
 
 def replay(ctx: CheckContext, d: Draft) -> None:
@@ -257,6 +267,7 @@ CHECKS: tuple[Check, ...] = (
     read_only_asks_a_question,
     read_only_asks_no_action,
     read_only_reads_its_answers,
+    checks_nothing_held_out,
     answers_in_results,
     has_effect,
     answers_not_leaked,
@@ -271,7 +282,7 @@ CHECKS: tuple[Check, ...] = (
 def check_candidate(
     make_env: Callable[[], Environment],
     row: dict,
-    held_out: list[tuple[str, str, str]],
+    held_out: HeldOut,
     settings: VerifySettings,
 ) -> Checked:
     """All `CHECKS` of one candidate, in order; Rejected(reason) on the first failure."""
@@ -280,12 +291,3 @@ def check_candidate(
         check(ctx, draft)
     credit = idle_evaluation(make_env, draft.task).outcome_credit
     return Checked(row, draft.task, draft.after, draft.read, draft.dropped, credit)
-
-
-def contamination(task: Task, held_out: list[tuple[str, str, str]], threshold: float) -> str | None:
-    """The id of a held-out task this one nearly duplicates, if any."""
-    signature, query = task_signature(task), " ".join(task.turns)
-    for sig, other_query, ident in held_out:
-        if sig == signature or jaccard(query, other_query) >= threshold:
-            return ident
-    return None

@@ -23,10 +23,10 @@ from coevolve.agents.episodes import run_episodes
 from coevolve.agents.ledger import step_rows, trajectory_rows
 from coevolve.core import content_hash
 from coevolve.envs.base import Environment, Task
-from coevolve.evolution.candidates import Rejected, candidate_task
-from coevolve.evolution.checks import Checked, check_candidate
+from coevolve.evolution.candidates import Rejected, candidate_task, replay_solution
+from coevolve.evolution.checks import CONTAMINATION, Checked, check_candidate
+from coevolve.evolution.contamination import HeldOut
 from coevolve.evolution.settings import VerifySettings
-from coevolve.evolution.similarity import task_signature
 from coevolve.llm.replies import short_text
 
 __all__ = ["VerifySettings", "check_solutions", "exploration_lineage", "sibling_duplicates", "verify_candidates"]
@@ -50,12 +50,12 @@ def verify_candidates(
     `progress(n)` counts 1 + `settings.attempts` per ok candidate (its checks, then its attempts).
     """
     advance = progress or (lambda n: None)
+    guard = HeldOut.of(held_out, make_env)
     if not settings.verify:
-        rows = _unverified(make_env, policy.version, candidates, lineage)
+        rows = _unverified(make_env, policy.version, candidates, lineage, guard, settings.contamination_jaccard)
         return {"verifications": rows, "trajectories": [], "steps": []}
-    pool = [(task_signature(t), " ".join(t.turns), t.id) for t in held_out]
     checked, rows = [], []
-    for passed, rejected in check_solutions(make_env, candidates, pool, settings):
+    for passed, rejected in check_solutions(make_env, candidates, guard, settings):
         rows += [_row(wording, policy.version, "discard", reason) for wording, reason in rejected]
         checked += [passed] if passed is not None else []
         advance(1 if passed is not None else 1 + settings.attempts)
@@ -73,7 +73,7 @@ def verify_candidates(
 def check_solutions(
     make_env: Callable[[], Environment],
     candidates: list[dict],
-    held_out: list[tuple[str, str, str]],
+    held_out: HeldOut,
     settings: VerifySettings,
 ) -> Iterator[tuple[Checked | None, list[tuple[dict, str]]]]:
     """Per `ok` candidate: the first of its wordings (itself, then its `sibling_duplicates`) that passes
@@ -124,9 +124,11 @@ def _row(candidate: dict, policy: str, outcome: str, reason: str) -> dict:
 
 
 def _unverified(
-    make_env: Callable[[], Environment], policy: str, candidates: list[dict], lineage: dict[str, dict]
+    make_env: Callable[[], Environment], policy: str, candidates: list[dict], lineage: dict[str, dict],
+    held_out: HeldOut, threshold: float,
 ) -> list[dict]:
-    """The no-verification ablation: every ok candidate accepted as it is, with a lenient checker."""
+    """The no-verification ablation: every ok candidate accepted as it is, with a lenient checker, unless
+    it is a held-out task in other words (the contamination guard applies on every admission path)."""
     rows = []
     with closing(make_env()) as env:
         for row in (r for r in candidates if r["status"] == "ok"):
@@ -135,12 +137,25 @@ def _unverified(
             except Exception as exc:  # the solution does not even parse into a task
                 rows.append(_row(row, policy, "discard", f"error: {short_text(str(exc), 300)}"))
                 continue
+            twin = held_out.twin(task, threshold, **_final_state(make_env, task))
+            if twin is not None:
+                rows.append(_row(row, policy, "discard", f"{CONTAMINATION}: {twin}"))
+                continue
             lineage_of = lineage.get(row["exploration_id"], {})
             rows.append(_decided(Checked(row, task, None), policy, lineage_of, "accept", UNVERIFIED))
     return rows
 
 
 UNVERIFIED = "admitted without verification (verify.enabled: false)"
+
+
+def _final_state(make_env: Callable[[], Environment], task: Task) -> dict:
+    """The final-state digest of an unverified task's solution, for the guard (none when it fails)."""
+    try:
+        before, after, _ = replay_solution(make_env, task)
+    except Exception:  # unverified: a solution that does not replay is admitted all the same
+        return {}
+    return {"after": after, "read_only": before is not None and before == after}
 
 
 def _judged(c: Checked, attempts: list[dict], credit: float, policy: str, lineage: dict) -> dict:

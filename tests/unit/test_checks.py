@@ -35,14 +35,15 @@ from coevolve.evolution.checks import (
     replay,
     solvable,
 )
+from coevolve.evolution.contamination import HeldOut
 from coevolve.evolution.settings import VerifySettings
 from coevolve.evolution.similarity import task_signature
 from tests.unit.evolution_world import candidate, family, make_env
 
 
-def draft_before(check, row: dict, held_out=()) -> tuple[CheckContext, Draft]:
+def draft_before(check, row: dict, held_out: HeldOut | None = None) -> tuple[CheckContext, Draft]:
     """The context, and the draft of `row` as the checks before `check` leave it."""
-    ctx, draft = CheckContext(make_env, list(held_out), VerifySettings()), Draft(row)
+    ctx, draft = CheckContext(make_env, held_out or HeldOut(), VerifySettings()), Draft(row)
     for earlier in CHECKS[: CHECKS.index(check)]:
         earlier(ctx, draft)
     return ctx, draft
@@ -64,7 +65,8 @@ def bank(world):
 def test_the_checks_run_in_this_order():
     assert [check.__name__ for check in CHECKS] == [
         "drop_unasked_answers", "derive_task", "not_contaminated", "replay", "read_only_asks_a_question",
-        "read_only_asks_no_action", "read_only_reads_its_answers", "answers_in_results", "has_effect",
+        "read_only_asks_no_action", "read_only_reads_its_answers", "checks_nothing_held_out", "answers_in_results",
+        "has_effect",
         "answers_not_leaked", "answers_of_the_named_object", "solvable", "grounded", "reference_satisfies_checker",
     ]  # fmt: skip
 
@@ -98,10 +100,10 @@ def test_derive_task_asks_the_environment_for_the_checker(bank):
 
 def test_not_contaminated_rejects_a_held_out_solution_or_query(bank):
     row = candidate(bank.task, bank.task.turns[0], [c.model_dump() for c in bank.task.solution[0]], [], "twin")
-    ctx, d = draft_before(not_contaminated, row, [(task_signature(bank.task), "another query", "same-solution")])
+    ctx, d = draft_before(not_contaminated, row, HeldOut({task_signature(bank.task): "same-solution"}))
     with pytest.raises(Rejected, match="^contamination: near-duplicate of held-out task same-solution$"):
         not_contaminated(ctx, d)
-    ctx, d = draft_before(not_contaminated, row, [("another solution", bank.task.turns[0], "same-query")])
+    ctx, d = draft_before(not_contaminated, row, HeldOut(queries=((bank.task.turns[0], "same-query"),)))
     with pytest.raises(Rejected, match="^contamination: near-duplicate of held-out task same-query$"):
         not_contaminated(ctx, d)
     ctx, d = draft_before(not_contaminated, row)
@@ -232,7 +234,7 @@ def test_reference_satisfies_checker(bank):
 
 def test_check_candidate_keeps_what_the_checks_found(bank):
     row = candidate(bank.task, f"Read {bank.a}.", bank.read, [], "read")
-    checked = check_candidate(make_env, row, [], VerifySettings())
+    checked = check_candidate(make_env, row, HeldOut(), VerifySettings())
     _, d = draft_before(reference_satisfies_checker, row)
     assert (checked.row, checked.task, checked.expected_digest) == (row, d.task, d.after)
     assert (checked.read_answers, checked.dropped_answers) == (d.read, ()) and d.read
@@ -248,14 +250,14 @@ def test_an_answer_read_off_another_object_than_the_query_names_is_a_misread(wor
     listing = [{"name": "list_accounts", "arguments": {}}]
     question = f"What is the balance of account {acc_b}?"
     with pytest.raises(Rejected, match=f"^misread: answer {a['balance']:.2f} is another object's value"):
-        check_candidate(make_env, candidate(bank, question, listing, [f"{a['balance']:.2f}"], "misread"), [],
+        check_candidate(make_env, candidate(bank, question, listing, [f"{a['balance']:.2f}"], "misread"), HeldOut(),
                         VerifySettings())  # fmt: skip
-    checked = check_candidate(make_env, candidate(bank, question, listing, [f"{b['balance']:.2f}"], "read"), [],
+    checked = check_candidate(make_env, candidate(bank, question, listing, [f"{b['balance']:.2f}"], "read"), HeldOut(),
                               VerifySettings())  # fmt: skip
     assert checked.task.checker["answers"] == [[f"{b['balance']:.2f}"]]
     # a query naming no one object of the listing leaves its answers alone
     checked = check_candidate(make_env, candidate(bank, "Which account holds the most money?", listing,
-                                                  [f"{a['balance']:.2f}"], "unnamed"), [], VerifySettings())  # fmt: skip
+                                                  [f"{a['balance']:.2f}"], "unnamed"), HeldOut(), VerifySettings())  # fmt: skip
     assert checked.task.checker["answers"] == [[f"{a['balance']:.2f}"]]
 
 
@@ -266,16 +268,16 @@ def test_a_text_answer_the_query_states_is_leaked_and_a_number_is_left_alone(wor
     read = [{"name": "read_file", "arguments": {"path": path}}]
     with pytest.raises(Rejected, match=f"^leaked: answer {value} is stated in the query"):
         check_candidate(make_env, candidate(lookup, f"Read {path} and tell me the code: {value}.", read, [value],
-                                            "leaked"), [], VerifySettings())  # fmt: skip
+                                            "leaked"), HeldOut(), VerifySettings())  # fmt: skip
     checked = check_candidate(make_env, candidate(lookup, f"Read {path} and tell me the code.", read, [value],
-                                                  "asked"), [], VerifySettings())  # fmt: skip
+                                                  "asked"), HeldOut(), VerifySettings())  # fmt: skip
     assert checked.task.checker["answers"] == [[value]]
     bank = family(world.train, "bank_balance")
     account, state = next(iter(bank.initial_state["bank"]["accounts"].items()))
     balance = f"{state['balance']:.2f}"
     reads = [{"name": "get_balance", "arguments": {"account_id": account}}]
     checked = check_candidate(make_env, candidate(bank, f"Is the balance of {account} still {balance}? Tell me it.",
-                                                  reads, [balance], "number"), [], VerifySettings())  # fmt: skip
+                                                  reads, [balance], "number"), HeldOut(), VerifySettings())  # fmt: skip
     assert checked.task.checker["answers"] == [[balance]]
 
 
@@ -288,16 +290,16 @@ def test_an_instruction_is_checked_without_the_answers_nobody_asked_for(world):
     left = str(env.step([ToolCall(**transfer[0])]).info["calls"][0]["result"]["from_balance"])
     # the teacher named the balance the transfer returned, which the query never asks for
     told = candidate(bank, f"Transfer 5 from {a} to {b}.", transfer, [left], "told")
-    checked = check_candidate(make_env, told, [], VerifySettings())
+    checked = check_candidate(make_env, told, HeldOut(), VerifySettings())
     assert checked.task.checker["answers"] == [[]] and checked.dropped_answers == (left,)
     asked = candidate(bank, f"Transfer 5 from {a} to {b}, then tell me what is left in {a}.", transfer, [left],
                       "asked")  # fmt: skip
-    checked = check_candidate(make_env, asked, [], VerifySettings())
+    checked = check_candidate(make_env, asked, HeldOut(), VerifySettings())
     assert checked.task.checker["answers"] == [[left]] and checked.dropped_answers == ()
     # an answer no result shows is dropped before the checker's derivation could reject the task for it
     unseen = candidate(bank, f"Transfer 5 from {a} to {b}.", transfer, ["1631.1"], "unseen")
-    checked = check_candidate(make_env, unseen, [], VerifySettings())
+    checked = check_candidate(make_env, unseen, HeldOut(), VerifySettings())
     assert checked.task.checker["answers"] == [[]] and checked.dropped_answers == ("1631.1",)
     with pytest.raises(Rejected, match="^replay: answers"):  # a question keeps its answers: this one is wrong
-        check_candidate(make_env, {**unseen, "query": f"Transfer 5 from {a} to {b}. What is left?"}, [],
+        check_candidate(make_env, {**unseen, "query": f"Transfer 5 from {a} to {b}. What is left?"}, HeldOut(),
                         VerifySettings())  # fmt: skip
