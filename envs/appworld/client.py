@@ -25,6 +25,8 @@ SETUP_COMMAND = (
 )
 """Creates AppWorld's own venv, decrypts its apps (offline) and downloads the task data (needs internet)."""
 _MAX_DETAIL = 300
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+"""Largest answer read from the server (an API call's output, a task's data); a bigger one is refused."""
 
 
 class AppWorldError(RuntimeError):
@@ -50,7 +52,8 @@ def port_of(base_url: str) -> int:
 class AppWorldClient:
     """POST/GET JSON to one AppWorld environment server; `timeout` seconds per request."""
 
-    def __init__(self, base_url: str = DEFAULT_URL, timeout: float = 60) -> None:
+    def __init__(self, base_url: str = DEFAULT_URL, timeout: float = 60,
+                 max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:  # fmt: skip
         if timeout <= 0:
             raise ValueError("timeout must be > 0 seconds")
         parts = urllib.parse.urlsplit(base_url)
@@ -58,6 +61,7 @@ class AppWorldClient:
             raise ValueError(f"base_url must look like {DEFAULT_URL}, got {base_url!r}")
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        self.max_response_bytes = max_response_bytes
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     def post(self, path: str, payload: dict[str, Any]) -> Any:
@@ -74,7 +78,7 @@ class AppWorldClient:
         req = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
             with self._opener.open(req, timeout=self.timeout) as response:
-                body = response.read()
+                body = response.read(self.max_response_bytes + 1)
         except urllib.error.HTTPError as exc:
             reason = f"HTTP {exc.code}: {_detail(exc)}"
             raise AppWorldError(self._status_message(url, reason), reason) from None
@@ -84,6 +88,9 @@ class AppWorldClient:
                 reason = f"no answer within {self.timeout:g} s"
                 raise AppWorldError(self._timeout_message(url), reason) from exc
             raise AppWorldError(self._unreachable_message(url, reason), str(reason)) from exc
+        if len(body) > self.max_response_bytes:
+            raise AppWorldError(f"AppWorld server at {url} answered more than {self.max_response_bytes} bytes; "
+                                "refused (is it really `appworld serve environment`?)", "answer too large")
         return _decoded(url, body, self.base_url)
 
     # -- messages ----------------------------------------------------------------------------------
@@ -135,7 +142,7 @@ def _decoded(url: str, body: bytes, base_url: str) -> dict[str, Any]:
 def _detail(exc: urllib.error.HTTPError) -> str:
     """FastAPI's `{"detail": ...}` of an error answer, else the start of its body."""
     try:
-        body = exc.read()
+        body = exc.read(_MAX_DETAIL * 4)
     except OSError:
         return exc.reason if isinstance(exc.reason, str) else "no body"
     try:

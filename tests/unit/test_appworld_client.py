@@ -301,3 +301,13 @@ def test_goal_completion_metrics():
     repeated = [("ccc_1", True), ("ccc_1", False), ("ddd_1", True)]  # K samples: every one must pass
     assert scenario_goal_completion(repeated) == 0.5 and task_goal_completion(repeated) == 0.5
     assert scenario_goal_completion({}) == 0.0
+
+
+def test_an_answer_over_the_byte_cap_is_refused_before_it_is_read_whole(fake):
+    from coevolve.envs.appworld.client import AppWorldClient
+
+    task_path = f"/tasks/{IDS[0]}"
+    small = AppWorldClient(fake.url, timeout=5, max_response_bytes=64)
+    with pytest.raises(AppWorldError, match=rf"{task_path} answered more than 64 bytes; refused"):
+        small.get(task_path)
+    assert AppWorldClient(fake.url, timeout=5).get(task_path)  # the same answer under the default cap
