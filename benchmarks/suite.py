@@ -45,6 +45,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "deployment-overhead": Benchmark("deployment_overhead", "`prefect deployment run` against `coevolve run`, and a cached re-run"),
     "duckdb-scale": Benchmark("duckdb_scale", "the documented SQL queries over a 10M-row steps view"),
     "cached-rerun": Benchmark("cached_rerun", "a finished run re-run from a fresh process: `coevolve run` against the flow"),
+    "faults": Benchmark("faults", "kill -9, a second writer, corrupt files, a full disk: faults injected into runs and survived"),
     "ui-pages": Benchmark("ui_pages", "every page of the web view (`coevolve ui`) over a 10M-row steps view"),
     "trl-baseline": Benchmark("trl_baseline", "one optimizer step of TRL's GRPOTrainer on fixed samples (part of update-throughput)"),
     "teacher-warm-start": Benchmark("teacher_warm_start", "tool: build the evolving arms' teacher checkpoint and print its path"),
