@@ -29,7 +29,7 @@ from typing import Any
 
 from coevolve import envs
 from coevolve.agents.reference import reference_sample
-from coevolve.config import CoevolveConfig
+from coevolve.config import CoevolveConfig, LocalTeacherConfig
 from coevolve.core import ToolCall, content_hash
 from coevolve.envs.base import Environment, Task
 from coevolve.evolution.abstraction import Group, abstract_messages
@@ -42,6 +42,7 @@ from coevolve.evolution.exploration import (
 )
 from coevolve.evolution.prompts import ABSTRACT_PREFIX, REFLECT_PREFIX
 from coevolve.llm.chat import ChatFormat
+from coevolve.llm.models import WARM_STARTS, cache_dir
 from coevolve.rl.warm_start import WarmStart, as_batch, warm_start
 
 SEED_OFFSET = 1_000_003
@@ -273,7 +274,11 @@ def teacher_key(config: CoevolveConfig, start: Path | str, settings: WarmStart, 
     built by this module is named by its own content key, which stands for it: the teacher built on a
     storage root's warm start keeps its key when the root moves or is copied."""
     built = (Path(start) / RECORD).is_file()
-    key = content_hash({"start": Path(start).name if built else str(start), "settings": asdict(settings),
+    return _teacher_key(config, Path(start).name if built else str(start), settings, max_distractors)
+
+
+def _teacher_key(config: CoevolveConfig, start: str, settings: WarmStart, max_distractors: int) -> str:
+    key = content_hash({"start": start, "settings": asdict(settings),
                         "max_distractors": max_distractors,
                         "replies": ["abstract", "reflect", "explore"],
                         "env": config.env.name, "options": config.env.options,
@@ -320,6 +325,50 @@ def teacher_checkpoint(config: CoevolveConfig, start: Path, settings: WarmStart,
               "examples": len(rows), "explorations": len(explored), "task_ids": [t.id for t in tasks],
               "losses": losses, "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
     return _save(model, tokenizer, record, target)
+
+
+def policy_start_settings(config: CoevolveConfig) -> WarmStart:
+    section = config.warm_start
+    return WarmStart(tasks=section.policy_tasks, epochs=section.epochs, lr=section.lr)
+
+
+def teacher_start_settings(config: CoevolveConfig) -> WarmStart:
+    """Other fresh tasks than the policy's (seed 1); the abstraction reply is part of the teacher's own
+    examples, not added again."""
+    section = config.warm_start
+    return WarmStart(tasks=section.teacher_tasks, epochs=section.epochs, lr=section.lr, seed=1, teacher=False)
+
+
+def with_warm_starts(config: CoevolveConfig) -> CoevolveConfig:
+    """`config` with its `warm_start` section applied by name, without building anything: `model.name`
+    becomes `warm-start/<key>` and the teacher a `local` one, `warm-start/teacher-<key>`. Applying it
+    again changes nothing (a name already under `warm-start/` is kept)."""
+    section, model, teacher = config.warm_start, config.model, config.teacher
+    if section.policy_tasks and not model.name.startswith(f"{WARM_STARTS}/"):
+        model = model.model_copy(update={"name": f"{WARM_STARTS}/{warm_start_key(config, policy_start_settings(config))}"})
+    if section.teacher_tasks and teacher.type == "policy":
+        start = model.name.removeprefix(f"{WARM_STARTS}/")
+        key = _teacher_key(config, start, teacher_start_settings(config), MAX_DISTRACTORS)
+        sampling = teacher.model_dump(exclude={"type"})
+        teacher = LocalTeacherConfig(model=f"{WARM_STARTS}/{key}", dtype=model.dtype, device=model.device, **sampling)
+    return config.model_copy(update={"model": model, "teacher": teacher})
+
+
+def build_warm_starts(spec: CoevolveConfig, named: CoevolveConfig) -> list[Path]:
+    """Build the starts `named` (= `with_warm_starts(spec)`) names that the model cache lacks; the
+    checkpoints built (none when all exist). Each is minutes of training on CPU, once per machine."""
+    directory, built = cache_dir() / WARM_STARTS, []
+    policy = cache_dir() / named.model.name if spec.warm_start.policy_tasks else Path(spec.model.name)
+    if spec.warm_start.policy_tasks and not (policy / RECORD).is_file():
+        print(f"warm start: building the policy's start {named.model.name} (once per machine)",
+              file=sys.stderr, flush=True)  # fmt: skip
+        built.append(warm_start_checkpoint(spec, policy_start_settings(spec), directory))
+    if spec.warm_start.teacher_tasks and not (cache_dir() / named.teacher.model / RECORD).is_file():
+        print(f"warm start: building the teacher {named.teacher.model} (once per machine)", file=sys.stderr,
+              flush=True)  # fmt: skip
+        built.append(teacher_checkpoint(spec, policy if spec.warm_start.policy_tasks else spec.model.name,
+                                        teacher_start_settings(spec), directory))  # fmt: skip
+    return built
 
 
 def _report(step: int, steps: int, loss: float) -> None:

@@ -69,7 +69,7 @@ def run_stage_in_flow(stage: StageDef, ctx: RunContext, round_: int, *, force: b
 
 def save_resolved_config(ctx: RunContext) -> None:
     path = ctx.store.layout.config_path
-    text = ctx.config.to_yaml()
+    text = ctx.spec.to_yaml()
     if path.exists() and path.read_text() != text and not ctx.quiet:
         print(f"note: {path} changes; stages whose config fields changed will recompute")
     write_text_atomic(text, path)
@@ -145,6 +145,7 @@ def run_context(ctx: RunContext, *, rounds: int | None = None, more: int | None 
     from coevolve.storage.lock import run_lock
 
     with run_lock(ctx.store.layout, f"coevolve flow, run {ctx.run}"):
+        ctx.build_warm_starts()  # before the rounds, so no stage's time includes them
         reports = run_rounds(ctx, rounds_to_run(ctx, rounds, more), force=force)
     return {
         "run": ctx.run,

@@ -38,6 +38,11 @@ TINY_ARCHS = ("llama", "qwen2")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
+WARM_STARTS = "warm-start"
+"""Model names `warm-start/<key>` are checkpoints in the cache's folder of that name, built by
+`evolution.warm_start` for a run's `warm_start` section."""
+
+
 def cache_dir() -> Path:
     """Root of CoEvolve's cache: `$COEVOLVE_CACHE`, else `~/.cache/coevolve`."""
     root = os.environ.get("COEVOLVE_CACHE")
@@ -56,6 +61,12 @@ def resolve_model(name: str) -> Path:
         if not (local / "config.json").is_file():
             raise FileNotFoundError(f"model directory {local} has no config.json (not an HF checkpoint)")
         return local
+    if name.startswith(f"{WARM_STARTS}/"):
+        built = cache_dir() / name
+        if not (built / "config.json").is_file():
+            raise FileNotFoundError(f"model {name} is not in the model cache ({built}): a run whose config has a "
+                                    f"`warm_start` section builds it (`coevolve run CONFIG`)")
+        return built
     if name == SMOLLM2:
         return _cached(name, _convert_smollm2)
     if name.startswith("tiny-random-") and name.removeprefix("tiny-random-") in TINY_ARCHS:

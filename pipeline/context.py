@@ -46,8 +46,14 @@ class RunContext:
     teacher_factory: TeacherFactory | None = None
     """Builds the teacher; None: `agents.teacher.make_teacher`."""
     policy: Policy = field(init=False)
+    spec: CoevolveConfig = field(init=False)
+    """The config as written (saved into the run); `config` is it with its warm starts named."""
+    _warm_starts_checked: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        from coevolve.evolution.warm_start import with_warm_starts
+
+        self.spec, self.config = self.config, with_warm_starts(self.config)
         self.policy = Policy(self.config.model, self.config.train, engine_factory=self.engine_factory)
 
     @classmethod
@@ -110,8 +116,17 @@ class RunContext:
         them after the round's update."""
         return round_ if self.config.evolve.verify_after_update else round_ - 1
 
+    def build_warm_starts(self) -> None:
+        """Build the warm starts the config names (`warm_start` section) if this machine lacks them."""
+        if not self._warm_starts_checked:
+            from coevolve.evolution.warm_start import build_warm_starts
+
+            build_warm_starts(self.spec, self.config)
+            self._warm_starts_checked = True
+
     def use_policy(self, round_: int) -> Policy:
         """The policy after round `round_` (-1 = base), loaded into memory if needed."""
+        self.build_warm_starts()
         version, checkpoint = self.policy_after(round_)
         self.policy.ensure(version, checkpoint)
         return self.policy
@@ -127,6 +142,7 @@ class RunContext:
         """The teacher; a policy teacher is the policy after round `policy_round` (-1: the base model)."""
         if self.teacher_factory is not None:
             return self.teacher_factory(self, policy_round)
+        self.build_warm_starts()
         from coevolve.agents.teacher import make_teacher
 
         return make_teacher(self.config.teacher, lambda: self.use_policy(policy_round),

@@ -39,12 +39,13 @@ from coevolve.config.models import (
     TeacherConfig,
     TrackingSection,
     TrainConfig,
+    WarmStartSection,
 )
 
 __all__ = [
     "MOVED_FIELDS", "SIGNAL_KINDS", "AbstractConfig", "CoevolveConfig", "ConfigError", "DatasetConfig", "EnvConfig", "EvalConfig",
     "EvolveConfig", "ExploreConfig", "LocalTeacherConfig", "MergeConfig", "ModelConfig", "OpenAITeacherConfig",
     "PolicyTeacherConfig", "RolloutConfig", "RunSection", "RuntimeSection", "SignalsConfig", "StorageSection",
-    "TeacherConfig", "TrackingSection", "TrainConfig", "VerifyConfig", "apply_override", "find_config", "load_config",
+    "TeacherConfig", "TrackingSection", "TrainConfig", "VerifyConfig", "WarmStartSection", "apply_override", "find_config", "load_config",
     "packaged_configs", "parse_config",
 ]

@@ -263,6 +263,25 @@ class TrackingSection(Section):
         return value
 
 
+class WarmStartSection(Section):
+    """Supervised starts built once before a run (`evolution.warm_start`) and cached by content in the model
+    cache (`~/.cache/coevolve/warm-start/`), for a policy too small to act or teach zero-shot. Every run
+    of the same model, environment and settings reuses them; `model.name` and the teacher become their
+    `warm-start/<key>` names in the run's saved config."""
+
+    policy_tasks: int = Field(0, ge=0)
+    """Fine-tune `model.name` on reference solutions (and the teacher's abstraction reply) of this many
+    fresh training-family tasks, never a task of the run's splits, and start the run from it (0: off)."""
+    teacher_tasks: int = Field(0, ge=0)
+    """Give the run a teacher of its own (`teacher.type: local`, sampling as `teacher` says): the policy's
+    start fine-tuned on abstraction, reflection and exploration replies for this many other fresh tasks
+    (0: the teacher as configured). Needs `teacher.type: policy`."""
+    epochs: int = Field(2, ge=1)
+    """Passes over the examples, for both starts."""
+    lr: float = Field(5e-5, gt=0.0)
+    """AdamW learning rate, for both starts."""
+
+
 class CoevolveConfig(Section):
     """Everything a run reads. Saved resolved into the run; each stage's cache key hashes its sections."""
 
@@ -300,6 +319,16 @@ class CoevolveConfig(Section):
     """Where environment episodes run (in process, or Ray actors)."""
     tracking: TrackingSection = TrackingSection()
     """Experiment trackers that receive each round's metrics (`report_to`; default none)."""
+    warm_start: WarmStartSection = WarmStartSection()
+    """Supervised starts of the policy and of a teacher of its own, built once (default: none)."""
+
+    @model_validator(mode="after")
+    def _teacher_start_needs_a_policy_teacher(self) -> CoevolveConfig:
+        built = self.teacher.type == "local" and self.teacher.model.startswith("warm-start/")
+        if self.warm_start.teacher_tasks and self.teacher.type != "policy" and not built:
+            raise ValueError(f"warm_start.teacher_tasks builds the teacher from the policy's start; it needs "
+                             f"teacher.type: policy, not {self.teacher.type}")
+        return self
 
     def value(self, path: str) -> Any:
         """The value at a dotted path: a section (`rollout`) or one field (`run.seed`)."""
