@@ -128,10 +128,13 @@ def action_patterns(calls: pl.LazyFrame, pattern: str) -> pl.LazyFrame:
 
 
 def rare_signals(
-    trajectories: pl.LazyFrame, steps: pl.LazyFrame, *, round_: int, window: int, theta: float, pattern: str
+    trajectories: pl.LazyFrame, steps: pl.LazyFrame, *, round_: int, window: int, theta: float, pattern: str,
+    offered: pl.LazyFrame | None = None,
 ) -> pl.LazyFrame:
     """Round-r trajectories using a pattern with 0 < c_p / N < theta / 100 over rounds r-W+1..r.
 
+    `offered` (task_id, tool), the tools each task offers: also mark the round-r trajectories of tasks
+    offering a tool that no action of the window called (count 0; `signals.rare_unused`, not the paper's).
     Evidence: {pattern_kind, total (N), first_round, patterns: [{pattern, count, frequency}] sorted by
     count then pattern} - one row per trajectory however many rare patterns it uses.
     """
@@ -139,10 +142,14 @@ def rare_signals(
     in_window = trajectories.filter(pl.col("round") >= first).select("trajectory_id", "round")
     calls = steps.filter(pl.col("tool").is_not_null()).join(in_window, on="trajectory_id")
     actions = action_patterns(calls, pattern)
-    counts = actions.group_by("pattern").agg(count=pl.len()).with_columns(total=pl.col("count").sum())
+    counts = (actions.group_by("pattern").agg(count=pl.len().cast(pl.Int64))
+              .with_columns(total=pl.col("count").sum()))  # fmt: skip
     rare = counts.filter(is_rare(pl.col("count"), pl.col("total"), theta)).with_columns(
         frequency=pl.col("count") / pl.col("total"))
     used = actions.filter(pl.col("round") == round_).select("trajectory_id", "pattern").unique()
+    if offered is not None:
+        unused, offers = unused_offered(trajectories.filter(pl.col("round") == round_), counts, offered)
+        rare, used = pl.concat([rare, unused]), pl.concat([used, offers])
     per_trajectory = used.join(rare, on="pattern").group_by("trajectory_id").agg(
         total=pl.col("total").first(),
         patterns=pl.struct("pattern", "count", "frequency").sort_by("count", "pattern"),
@@ -151,6 +158,20 @@ def rare_signals(
     evidence = pl.struct(
         pattern_kind=pl.lit(pattern), total="total", first_round=pl.lit(first), patterns="patterns")
     return _marked(marked, "rare", round_, evidence)
+
+
+def unused_offered(
+    current: pl.LazyFrame, counts: pl.LazyFrame, offered: pl.LazyFrame
+) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """(the tools `current`'s tasks offer that no counted action called, as rare patterns of count 0;
+    the (trajectory_id, pattern) rows of the trajectories offered them)."""
+    offers = (current.select("trajectory_id", "task_id").join(offered, on="task_id")
+              .select("trajectory_id", pattern=pl.col("tool")).unique())  # fmt: skip
+    total = counts.select(total=pl.col("count").sum().fill_null(0).cast(pl.Int64))
+    unused = (offers.select("pattern").unique().join(counts.select("pattern"), on="pattern", how="anti")
+              .join(total, how="cross")
+              .select("pattern", count=pl.lit(0, pl.Int64), total="total", frequency=pl.lit(0.0)))  # fmt: skip
+    return unused, offers.join(unused.select("pattern"), on="pattern")
 
 
 # --- the stage ----------------------------------------------------------------------------------
@@ -196,11 +217,13 @@ def extract_signals(
     rare_theta: float = 5.0,
     kinds: Iterable[str] = KINDS,
     rare_pattern: str = "tool",
+    offered: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """Signals of round `round` from the ledger up to that round, with schema `SIGNALS_SCHEMA`.
 
     `window` is W for both forgetting (attempted rounds) and rare (calendar rounds); `rare_theta` is a
-    percentage. Rows are sorted by kind, task_id, trajectory_id.
+    percentage; `offered` (task_id, tool): tools offered but never called are rare too (`rare_signals`;
+    tool patterns only). Rows are sorted by kind, task_id, trajectory_id.
     """
     kinds = _check_arguments(kinds, window, rare_theta, rare_pattern)
     if trajectories.height == 0 or not kinds:
@@ -216,11 +239,13 @@ def extract_signals(
         parts.append(forgetting_signals(traj, round_=round, window=window))
     if "boundary" in kinds:
         parts.append(boundary_signals(traj, round_=round))
-    if "rare" in kinds and steps.height > 0:
+    if offered is not None and rare_pattern != "tool":
+        raise ValueError("offered tools (signals.rare_unused) count tool patterns, not rare_pattern bigram")
+    if "rare" in kinds and (steps.height > 0 or offered is not None):
         _require(steps, "steps", _STEP_COLUMNS[rare_pattern])
         calls = steps.lazy().select(_STEP_COLUMNS[rare_pattern])
         parts.append(rare_signals(traj, calls, round_=round, window=window, theta=rare_theta,
-                                  pattern=rare_pattern))
+                                  pattern=rare_pattern, offered=None if offered is None else offered.lazy()))
     frames = [frame for frame in pl.collect_all(parts) if frame.height > 0]
     if not frames:
         return SIGNALS_SCHEMA.to_frame()

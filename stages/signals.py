@@ -4,7 +4,8 @@ Runs the pure rules of `evolution.signals.extract_signals` (forgetting, boundary
 round since the previous evolution (rounds r-F+1..r, F = `evolve.every`), so no round's rollouts go
 unexamined. Reads the rollout `trajectories` of every round so far (forgetting looks at a task's last W
 *attempted* rounds, which may lie far back when the dataset is large) and the rollout `steps` of the last
-W rounds (rare counts actions over W calendar rounds). Writes `signals`.
+W rounds (rare counts actions over W calendar rounds). With `signals.rare_unused` (not the paper's) it
+also reads the round's dataset, for the tools each marked round's tasks offer. Writes `signals`.
 
     coevolve stage signals --run demo --round 9
 """
@@ -15,7 +16,16 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from coevolve.pipeline.context import RunContext
-from coevolve.pipeline.stage import Artifact, Inputs, StageDef, StageResult, rounds_so_far, signal_window
+from coevolve.pipeline.stage import (
+    Artifact,
+    Dataset,
+    Inputs,
+    StageDef,
+    StageResult,
+    When,
+    rounds_so_far,
+    signal_window,
+)
 
 if TYPE_CHECKING:
     import polars as pl
@@ -38,6 +48,7 @@ def ledger_signals(
     rare_theta: float,
     kinds: tuple[str, ...],
     rare_pattern: str,
+    offered: pl.DataFrame | None = None,
 ) -> list[dict]:
     """Signal rows for each round in `rounds` (the marked trajectory's round as `trajectory_round`)."""
     import polars as pl
@@ -49,7 +60,7 @@ def ledger_signals(
     rows = []
     for r in rounds:
         found = extract_signals(trajectories, steps, round=r, window=window, rare_theta=rare_theta, kinds=kinds,
-                                rare_pattern=rare_pattern)
+                                rare_pattern=rare_pattern, offered=offered)
         rows += found.rename({"round": "trajectory_round"}).to_dicts()
     return rows
 
@@ -60,12 +71,32 @@ def compute_signals(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult
     cfg = ctx.config.signals
     trajectories = pl.from_arrow(inputs["trajectories"].table(TRAJECTORY_COLUMNS))
     steps = pl.from_arrow(inputs["steps"].table(STEP_COLUMNS))
-    rows = ledger_signals(trajectories, steps, marked_rounds(round_, ctx.config.evolve.every), window=cfg.window,
-                          rare_theta=cfg.rare_theta, kinds=cfg.kinds, rare_pattern=cfg.rare_pattern)
+    rounds = marked_rounds(round_, ctx.config.evolve.every)
+    offered = offered_tools(ctx, inputs["dataset"], trajectories, rounds) if cfg.rare_unused else None
+    rows = ledger_signals(trajectories, steps, rounds, window=cfg.window, rare_theta=cfg.rare_theta,
+                          kinds=cfg.kinds, rare_pattern=cfg.rare_pattern, offered=offered)
     counts = Counter(row["kind"] for row in rows)
     return StageResult(
         {"signals": rows}, {"signals": len(rows), **{f"{k}_signals": counts[k] for k in cfg.kinds}}
     )
+
+
+def offered_tools(ctx: RunContext, dataset, trajectories: pl.DataFrame, rounds: list[int]) -> pl.DataFrame:
+    """(task_id, tool): the tools each task rolled out in `rounds` offers, from a fresh episode of it."""
+    import polars as pl
+
+    from coevolve.envs.base import Task
+
+    ids = trajectories.filter(pl.col("round").is_in(rounds))["task_id"].unique().sort().to_list()
+    rows = []
+    for row in dataset.task_rows(ids):
+        env = ctx.make_env()
+        try:
+            observation = env.reset(Task.from_row(row))
+        finally:
+            env.close()
+        rows += [{"task_id": row["task_id"], "tool": tool["function"]["name"]} for tool in observation.tools]
+    return pl.DataFrame(rows, schema={"task_id": pl.String, "tool": pl.String})
 
 
 SIGNALS = StageDef(
@@ -74,6 +105,7 @@ SIGNALS = StageDef(
     reads={
         "trajectories": Artifact("rollout", "trajectories", rounds_so_far),
         "steps": Artifact("rollout", "steps", signal_window),
+        "dataset": When("signals.rare_unused", Dataset()),
     },
     compute=compute_signals,
 )

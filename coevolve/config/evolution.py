@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from coevolve.config.section import Section
 
@@ -45,6 +45,16 @@ class SignalsConfig(Section):
     """Rare: a pattern is rare when 0 < count / N < theta / 100."""
     rare_pattern: Literal["tool", "bigram"] = "tool"
     """Rare patterns: single tool names, or pairs of consecutive calls."""
+    rare_unused: bool = False
+    """Not in the paper (a labelled deviation for coverage studies): a tool the round's tasks offer that no
+    action of the window called is rare too (count 0), marking the trajectories that were offered it. The
+    paper's rule needs 0 < count, so what the policy never tries is never explored. Tool patterns only."""
+
+    @model_validator(mode="after")
+    def _unused_counts_tools(self) -> SignalsConfig:
+        if self.rare_unused and self.rare_pattern != "tool":
+            raise ValueError("signals.rare_unused counts offered tools: it needs rare_pattern: tool")
+        return self
 
 
 class ExploreConfig(Section):

@@ -119,6 +119,21 @@ def test_signals_stage_marks_every_round_since_the_last_evolution(tmp_path):
     assert not run_stage(SIGNALS, ctx, 2).cached
 
 
+def test_signals_stage_marks_tools_offered_but_never_called_when_asked(tmp_path, tokenizer):
+    from coevolve import envs
+
+    ctx = fake_context(config("signals.kinds=[rare]", "signals.rare_unused=true"), tmp_path, tokenizer)
+    run_stage(BOOTSTRAP, ctx, 0)
+    task = ctx.tasks(ctx.datasets.version_of(0).task_ids()[:1], 0)[0]
+    _write_rollout(ctx, 0, {task.id: [1, 0]})  # both samples call get_balance only
+    run_stage(SIGNALS, ctx, 0)
+    rows = ctx.store.read(0, "signals", "signals").to_pylist()
+    offered = {t["function"]["name"] for t in envs.make("toolworld", **ctx.config.env.options).reset(task).tools}
+    assert {r["trajectory_id"] for r in rows} == {f"{task.id}-r0-s0", f"{task.id}-r0-s1"}
+    patterns = json.loads(rows[0]["evidence"])["patterns"]
+    assert {p["pattern"] for p in patterns} == offered - {"get_balance"} and {p["count"] for p in patterns} == {0}
+
+
 # --- one evolving round -------------------------------------------------------------------------
 
 

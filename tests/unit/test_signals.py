@@ -167,6 +167,29 @@ def test_rare_marks_only_round_r_trajectories_with_all_their_rare_patterns():
     assert per["b-r1-s1"]["total"] == 84
 
 
+def test_offered_but_unused_tools_are_rare_only_when_asked_and_mark_the_trajectories_offered_them():
+    # round 0: task a offers common and never_called; b offers common only; nobody calls never_called
+    traj = ledger(("a", 0, [1, 0]), ("b", 0, [1]))
+    steps = calls({"a-r0-s0": ["common"] * 10, "a-r0-s1": ["common"] * 10, "b-r0-s0": ["common"] * 10})
+    offered = pl.DataFrame({"task_id": ["a", "a", "b"], "tool": ["common", "never_called", "common"]})
+    assert extract_signals(traj, steps, round=0, kinds=["rare"]).height == 0  # the paper's rule: 0 < count
+    out = extract_signals(traj, steps, round=0, kinds=["rare"], offered=offered)
+    assert marked(out, "rare") == {"a-r0-s0", "a-r0-s1"}
+    assert evidence(out, "rare")[0]["patterns"] == [{"pattern": "never_called", "count": 0, "frequency": 0.0}]
+    assert evidence(out, "rare")[0]["total"] == 30
+    with pytest.raises(ValueError, match="rare_pattern bigram"):
+        extract_signals(traj, steps, round=0, kinds=["rare"], offered=offered, rare_pattern="bigram")
+
+
+def test_unused_tools_and_rare_ones_share_one_row_per_trajectory():
+    traj = ledger(("a", 0, [1]), ("b", 0, [1]))
+    steps = calls({"a-r0-s0": ["rare_tool"] + ["common"] * 40, "b-r0-s0": ["common"] * 40})
+    offered = pl.DataFrame({"task_id": ["a", "a", "a"], "tool": ["rare_tool", "common", "unused"]})
+    out = extract_signals(traj, steps, round=0, kinds=["rare"], offered=offered)
+    assert out["trajectory_id"].to_list() == ["a-r0-s0"]
+    assert [p["pattern"] for p in evidence(out, "rare")[0]["patterns"]] == ["unused", "rare_tool"]
+
+
 def test_rare_bigrams_follow_step_and_call_order_within_one_trajectory():
     traj = ledger(("a", 0, [1]), ("b", 0, [1]))
     steps = pl.DataFrame([
