@@ -15,8 +15,10 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# CoEvolve on the tool world (configs/demo.yaml), then what its data evolution did
 demo: $(STAMP)
-	$(BIN)/coevolve run configs/toolworld-smollm2.yaml
+	$(BIN)/coevolve run configs/demo.yaml
+	$(BIN)/coevolve evolution demo
 
 test: $(STAMP)
 	$(BIN)/pytest -q

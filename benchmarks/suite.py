@@ -44,6 +44,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "ray-envs": Benchmark("ray_envs", "Ray environment actors against a local process pool, on BFCL replays"),
     "deployment-overhead": Benchmark("deployment_overhead", "`prefect deployment run` against `coevolve run`, and a cached re-run"),
     "duckdb-scale": Benchmark("duckdb_scale", "the documented SQL queries over a 10M-row steps view"),
+    "demo": Benchmark("demo_run", "what `make demo` costs and what its data evolution admits and trains on"),
     "cached-rerun": Benchmark("cached_rerun", "a finished run re-run from a fresh process: `coevolve run` against the flow"),
     "faults": Benchmark("faults", "kill -9, a second writer, corrupt files, a full disk: faults injected into runs and survived"),
     "ui-pages": Benchmark("ui_pages", "every page of the web view (`coevolve ui`) over a 10M-row steps view"),

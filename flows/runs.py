@@ -73,7 +73,7 @@ def resolve_run(
         if not layout.config_path.exists():
             raise RunError(
                 f"no run '{run}' under {layout.root} ({layout.config_path} missing). Start it from a config: "
-                f"`coevolve run configs/toolworld-smollm2.yaml --run {run}`; list runs with `coevolve runs`."
+                f"`coevolve run configs/demo.yaml --run {run}`; list runs with `coevolve runs`."
             )
         cfg = load_config(layout.config_path, overrides)
         check_run_config(cfg)

@@ -1,8 +1,8 @@
 """`coevolve`: the command line. Heavy imports (torch, prefect, transformers) happen inside commands,
 so `coevolve --help` is instant.
 
-    coevolve run configs/toolworld-smollm2.yaml            # a short run of the demo config
-    coevolve run --run toolworld-smollm2 --more 1          # one more round, with the run's saved config
+    coevolve run configs/demo.yaml                         # the demo: CoEvolve on the tool world, 2 rounds
+    coevolve run --run demo --more 1                       # one more round, with the run's saved config
     coevolve serve                                         # serve deployment coevolve/round (PREFECT_API_URL)
     coevolve stage rollout --run demo --round 1 --force    # re-run one stage from cached inputs
     coevolve fork demo demo-f1 --set evolve.every=1        # a new run sharing demo's identical stages
@@ -56,7 +56,7 @@ def main_options(verbose: Annotated[bool, typer.Option(
 @app.command()
 def run(
     config: Annotated[Path | None, typer.Argument(
-        help="YAML run config, e.g. configs/toolworld-smollm2.yaml (default: the saved config of --run).")] = None,
+        help="YAML run config, e.g. configs/demo.yaml (default: the saved config of --run).")] = None,
     rounds: Annotated[int | None, typer.Option(help="Total rounds the run should have (default: run.rounds).")] = None,
     more: Annotated[int | None, typer.Option(help="Run this many rounds beyond the completed ones.")] = None,
     run_name: Annotated[str | None, typer.Option("--run", help="Run name (default: run.name).")] = None,
