@@ -40,6 +40,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "update-memory": Benchmark("update_memory", "peak memory of one GRPO update: logits at every position or at scored ones"),
     "sharded-update": Benchmark("sharded_update", "memory per process of a launched update: whole copies against FSDP shards"),
     "served-rollout": Benchmark("served_rollout", "rollout throughput with N policy servers against one"),
+    "vllm-rollout": Benchmark("vllm_rollout", "the GRPO config with its policy served by vLLM (CPU build) against in process; weight-sync times"),
     "vllm-numerics": Benchmark("vllm_numerics", "importance ratio of vLLM-sampled tokens under the trainer, float32 and bfloat16"),
     "ray-envs": Benchmark("ray_envs", "Ray environment actors against a local process pool, on BFCL replays"),
     "deployment-overhead": Benchmark("deployment_overhead", "`prefect deployment run` against `coevolve run`, and a cached re-run"),

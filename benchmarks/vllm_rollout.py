@@ -1,0 +1,155 @@
+"""The plain GRPO config with the policy served by vLLM's CPU build against the in-process engine, and the
+time one weight sync takes (full weights and a LoRA adapter).
+
+    coevolve bench vllm-rollout                                    # configs/toolworld-smollm2.yaml (plain GRPO), 2 rounds
+    coevolve bench vllm-rollout --rounds 3 --syncs 5
+
+Runs `coevolve run CONFIG` twice in a fresh storage root, the same config both times: in process (the
+transformers engine), and with `model.servers` pointing at a vLLM server started for it (the command
+`coevolve engine serve` runs; that config trains all weights, so each update's checkpoint is reloaded in
+place). From the runs' manifests: the rollout stage's generated tokens per second in every round, and
+each round's wall time (first stage start to last stage end; round 0 holds the baseline evaluation too).
+The served run pays for its weight syncs inside its rounds.
+
+Then the sync itself, repeated `--syncs` times on an idle server: the full-weight reload of the run's
+checkpoints (pause, reload, prefix-cache reset, resume), and, on a second server started with LoRA on, the
+hot-load of a rank-`--lora-rank` adapter (load the new one, unload the previous one).
+
+The machine is shared with other jobs: the load average at the start and at the end is recorded with the
+figures; the served/in-process ratios of one run are the figures to compare, more than the absolute ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from coevolve.benchmarks.record import command_line, figure, record_result
+from coevolve.benchmarks.suite import argument_parser
+
+
+def round_figures(run_dir: Path) -> dict[int, dict[str, float]]:
+    """Per round: rollout tokens/s and generated tokens, and the round's wall time, from the manifests."""
+    rounds: dict[int, dict[str, float]] = {}
+    for manifest in sorted(run_dir.glob("round=*/stage=*/_manifest.json")):
+        data = json.loads(manifest.read_text())
+        entry = rounds.setdefault(int(data["round"]), {"start": float("inf"), "end": 0.0})
+        entry["start"] = min(entry["start"], data["started_at"])
+        entry["end"] = max(entry["end"], data["started_at"] + data["seconds"])
+        if data["stage"] == "rollout":
+            entry["tokens_per_second"] = data["outputs"]["tokens_per_second"]
+            entry["generated_tokens"] = data["outputs"]["generated_tokens"]
+    return {r: {**e, "wall_s": e["end"] - e["start"]} for r, e in sorted(rounds.items())}
+
+
+def run_demo(config: str, root: Path, run: str, rounds: int, overrides: list[str]) -> dict[int, dict[str, float]]:
+    command = [sys.executable, "-m", "coevolve.flows.cli", "run", config, "--run", run, "--rounds", str(rounds),
+               "--root", str(root), *[arg for o in overrides for arg in ("--set", o)]]  # fmt: skip
+    env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    started = time.perf_counter()
+    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
+    print(f"  {run}: {time.perf_counter() - started:.0f} s in all", flush=True)
+    return round_figures(root / f"run={run}")
+
+
+def time_syncs(url: str, model: str, directories: list[Path], syncs: int) -> list[float]:
+    """Seconds of each `OpenAIEngine.update_weights` over `directories` in turn (a new version each time)."""
+    from coevolve.llm.models import load_model
+    from coevolve.llm.openai_engine import OpenAIEngine
+
+    _, tokenizer = load_model(model)
+    engine = OpenAIEngine(url, model, tokenizer=tokenizer, version="bench")
+    seconds = []
+    for i in range(syncs):
+        started = time.perf_counter()
+        engine.update_weights(directories[i % len(directories)], version=f"bench-{i}")
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def lora_adapter(model_name: str, rank: int, directory: Path) -> Path:
+    """A rank-`rank` LoRA adapter on every linear layer with random B (a fresh one would be the identity)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    from coevolve.llm.models import load_model
+
+    model = get_peft_model(load_model(model_name)[0], LoraConfig(r=rank, lora_alpha=32, target_modules="all-linear",
+                                                                 task_type="CAUSAL_LM"))  # fmt: skip
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.01)
+    model.save_pretrained(directory)
+    return directory
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from coevolve.config import load_config
+    from coevolve.llm.vllm_server import policy_server
+
+    parser = argument_parser("vllm-rollout", __doc__)
+    parser.add_argument("--config", default="configs/toolworld-smollm2.yaml")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--syncs", type=int, default=3, help="timed weight syncs of each kind")
+    parser.add_argument("--lora-rank", type=int, default=8)
+    args = parser.parse_args(argv)
+    load_start = os.getloadavg()[0]
+    work = Path(tempfile.mkdtemp(prefix="vllm-rollout-"))
+    print(f"storage root and server logs: {work}", flush=True)
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    served = [f"model.servers=[{url}]", "train.lora_rank=0"]
+    config = load_config(Path(args.config), served)
+
+    print("in process", flush=True)
+    local = run_demo(args.config, work, "in-process", args.rounds, [])
+    print("served by vLLM", flush=True)
+    with policy_server(config, log=work / "full.log") as full_ready:
+        remote = run_demo(args.config, work, "served", args.rounds, served)
+        checkpoints = sorted((work / "run=served" / "checkpoints").glob("round=*"))
+        full_syncs = time_syncs(url, config.model.name, checkpoints[-2:], args.syncs)
+    lora = load_config(Path(args.config), [f"model.servers=[{url}]", f"train.lora_rank={args.lora_rank}"])
+    adapter = lora_adapter(config.model.name, args.lora_rank, work / "adapter")
+    with policy_server(lora, log=work / "lora.log") as lora_ready:
+        lora_syncs = time_syncs(url, config.model.name, [adapter], args.syncs)
+
+    figures = {}
+    for r in sorted(local):
+        a, b = local[r], remote[r]
+        figures |= {f"round {r} rollout, in process": figure(a["tokens_per_second"], "tokens/s"),
+                    f"round {r} rollout, vLLM server": figure(b["tokens_per_second"], "tokens/s"),
+                    f"round {r} rollout speed, vLLM / in process": figure(b["tokens_per_second"] / a["tokens_per_second"], "x"),
+                    f"round {r} wall time, in process": figure(a["wall_s"], "s"),
+                    f"round {r} wall time, vLLM server": figure(b["wall_s"], "s"),
+                    f"round {r} wall time, vLLM / in process": figure(b["wall_s"] / a["wall_s"], "x")}  # fmt: skip
+    figures |= {"full-weight sync (mean)": figure(sum(full_syncs) / len(full_syncs), "s"),
+                "full-weight sync (max)": figure(max(full_syncs), "s"),
+                f"LoRA rank {args.lora_rank} hot-load (mean)": figure(sum(lora_syncs) / len(lora_syncs), "s"),
+                f"LoRA rank {args.lora_rank} hot-load (max)": figure(max(lora_syncs), "s"),
+                "server start to first answer (full-weight server)": figure(full_ready, "s"),
+                "server start to first answer (LoRA server)": figure(lora_ready, "s"),
+                "load average (1 min) at the start": figure(load_start, ""),
+                "load average (1 min) at the end": figure(os.getloadavg()[0], "")}  # fmt: skip
+    for name, value in figures.items():
+        print(f"{name:<55} {value['value']:>10} {value['unit']}")
+    note = (f"{args.config}, {args.rounds} rounds in process and with model.servers (vLLM 0.32 CPU build, "
+            "float32, eager, one engine thread); full weights synced after every update")
+    record_result("vllm-rollout", figures, command=command_line("vllm-rollout", argv), note=note)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+if __name__ == "__main__":
+    main()
