@@ -63,8 +63,7 @@ class HeldOut:
     def twin(self, task: Task, threshold: float, *, after: str | None = None, read_only: bool = False) -> str | None:
         """Why `task` is a held-out task in other words ("held-out task <id>: ..."), else None. `after`:
         the final-state digest of its solution (`read_only`: the solution changed nothing)."""
-        found = self.near_duplicate(task, threshold) or self.same_check(task, after=after, read_only=read_only)
-        return found
+        return self.near_duplicate(task, threshold) or self.same_check(task, after=after, read_only=read_only)
 
     def near_duplicate(self, task: Task, threshold: float) -> str | None:
         if task.solution and (ident := self.signatures.get(task_signature(task))):
