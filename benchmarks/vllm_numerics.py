@@ -19,7 +19,6 @@ What the update does with a mismatch: docs/reproduce.md ("Numerics: sampler agai
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 import time
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ import torch
 
 from coevolve.benchmarks.record import command_line, figure, record_result
 from coevolve.benchmarks.suite import argument_parser
+from coevolve.processes import free_port
 
 
 def ratio_stats(trainer: torch.Tensor, sampler: torch.Tensor, clip_low: float, clip_high: float) -> dict:
@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     figures, work = {}, Path(tempfile.mkdtemp(prefix="vllm-numerics-"))
     for dtype in args.dtypes:
         low = dtype == "bfloat16"
-        config = load_config(Path(args.config), [f"model.dtype={dtype}", f"model.servers=[http://127.0.0.1:{_free_port()}/v1]",
+        config = load_config(Path(args.config), [f"model.dtype={dtype}", f"model.servers=[http://127.0.0.1:{free_port()}/v1]",
                                                  "train.lora_rank=0"])  # fmt: skip
         print(f"{dtype}: sampling through vLLM", flush=True)
         replies = args.bf16_replies if low else (args.replies or config.rollout.max_replies)
@@ -125,12 +125,6 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"bfloat16 batch: {args.bf16_tasks} task(s) x k, {args.bf16_replies} reply each")
     print(f"server logs: {work}")
     record_result("vllm-numerics", figures, command=command_line("vllm-numerics", argv), note=note)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 if __name__ == "__main__":

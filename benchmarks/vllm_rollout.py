@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,7 @@ from pathlib import Path
 
 from coevolve.benchmarks.record import command_line, figure, record_result
 from coevolve.benchmarks.suite import argument_parser
+from coevolve.processes import free_port
 
 
 def round_figures(run_dir: Path) -> dict[int, dict[str, float]]:
@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     load_start = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="vllm-rollout-"))
     print(f"storage root and server logs: {work}", flush=True)
-    url = f"http://127.0.0.1:{_free_port()}/v1"
+    url = f"http://127.0.0.1:{free_port()}/v1"
     served = [f"model.servers=[{url}]", "train.lora_rank=0"]
     config = load_config(Path(args.config), served)
 
@@ -143,12 +143,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     note = (f"{args.config}, {args.rounds} rounds in process and with model.servers (vLLM 0.32 CPU build, "
             "float32, eager, one engine thread); full weights synced after every update")
     record_result("vllm-rollout", figures, command=command_line("vllm-rollout", argv), note=note)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 if __name__ == "__main__":

@@ -20,14 +20,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from coevolve.processes import die_with_parent
+from coevolve.processes import die_with_parent, free_port
 
 STARTUP_TIMEOUT_S = float(os.environ.get("COEVOLVE_PREFECT_STARTUP_S", "120"))
 SERVER_COMMAND = "PREFECT_SERVER_ANALYTICS_ENABLED=false prefect server start --host 127.0.0.1 --port 4200"
@@ -91,7 +90,7 @@ def _flush_logs() -> None:
 def _start_temporary_server(timeout_s: float) -> tuple[subprocess.Popen, str]:
     import prefect
 
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}  # fmt: skip
     command = [sys.executable, "-m", "uvicorn", "--app-dir", str(Path(prefect.__file__).parent.parent), "--factory",
@@ -126,8 +125,3 @@ def _stop(server: subprocess.Popen) -> None:
                 os.killpg(server.pid, signal.SIGKILL)
             server.wait(10)
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

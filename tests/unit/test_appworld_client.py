@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import pytest
@@ -13,6 +12,7 @@ from coevolve.core import ToolCall
 from coevolve.envs.appworld import AppWorldEnv, AppWorldError, scenario_goal_completion, task_goal_completion
 from coevolve.envs.appworld.actions import read_code
 from coevolve.envs.appworld.env import PARTIAL_CREDIT_SCALE, evaluation_of
+from coevolve.processes import free_port
 from tests.fakes.appworld_server import FAKE_TASKS, SUPERVISOR, FakeAppWorldServer
 
 IDS = list(FAKE_TASKS)
@@ -28,13 +28,6 @@ def fake():
 @pytest.fixture
 def env(fake):
     return AppWorldEnv(base_url=fake.url, split_tasks={"dev": IDS}, timeout=5)
-
-
-def _free_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _call(code: str) -> str:
@@ -82,7 +75,7 @@ def test_local_data_folder_gives_the_same_tasks_without_the_server(env, tmp_path
         folder.mkdir(parents=True)
         specs = {"instruction": task.instruction, "supervisor": {**SUPERVISOR, "password": "pw"}}
         (folder / "specs.json").write_text(json.dumps(specs))
-    offline = AppWorldEnv(base_url=f"http://127.0.0.1:{_free_port()}", data_root=tmp_path)
+    offline = AppWorldEnv(base_url=f"http://127.0.0.1:{free_port()}", data_root=tmp_path)
     assert [t.id for t in offline.tasks("dev")] == [t.id for t in env.tasks("dev")]
 
 
@@ -217,7 +210,7 @@ def test_long_output_is_clipped_in_the_middle(fake):
 
 def test_server_down_names_the_url_and_the_start_command(env):
     task = env.tasks("dev")[0]
-    port = _free_port()
+    port = free_port()
     down = AppWorldEnv(base_url=f"http://127.0.0.1:{port}", timeout=2)
     with pytest.raises(AppWorldError) as err:
         down.reset(task)

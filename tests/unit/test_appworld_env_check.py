@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 
 from coevolve.envs.appworld.client import SETUP_COMMAND
 from coevolve.flows.env_check import check_environment, ready
+from coevolve.processes import free_port
 from tests.fakes.appworld_server import FAKE_TASKS, FakeAppWorldServer
 
 
@@ -16,12 +15,6 @@ def fake():
     server = FakeAppWorldServer().start()
     yield server
     server.stop()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_appworld_ready_when_the_server_answers(fake, monkeypatch):
@@ -37,7 +30,7 @@ def test_appworld_ready_when_the_server_answers(fake, monkeypatch):
 def test_appworld_says_what_is_missing_when_nothing_listens(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no .venv-appworld and no data/ here
     monkeypatch.delenv("APPWORLD_ROOT", raising=False)
-    port = _free_port()
+    port = free_port()
     findings = check_environment("appworld", {"base_url": f"http://127.0.0.1:{port}", "timeout": 2})
     assert not ready(findings)
     assert findings[0].startswith(f"missing: AppWorld server not reachable at http://127.0.0.1:{port}")
