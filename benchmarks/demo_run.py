@@ -5,7 +5,8 @@ storage root, timed, then the evolution counts from the catalog.
     coevolve bench demo --fresh-cache            # an empty model cache: conversion and warm starts included
 
 Figures: the run's wall time; the seconds the warm starts took when they were built (from their
-`warm_start.json`; with `--fresh-cache` they are part of the wall time); signals per kind, explorations,
+`warm_start.json`; with `--fresh-cache` they are part of the wall time), and where a start was merged
+from its shipped adapter (`configs/warm-starts/`), also the seconds of that merge; signals per kind, explorations,
 candidates, verification outcomes, synthesized tasks admitted, round 1's rollout episodes on synthesized
 tasks and how many succeeded; held-out success before and after (the baseline and the last evaluation).
 """
@@ -68,7 +69,10 @@ def warm_start_seconds(config: str) -> dict[str, float]:
     out = {}
     for label, name in (("policy", named.model.name), ("teacher", getattr(named.teacher, "model", ""))):
         if name.startswith("warm-start/"):
-            out[f"warm start build, {label}"] = json.loads((resolve_model(name) / RECORD).read_text())["seconds"]
+            record = json.loads((resolve_model(name) / RECORD).read_text())
+            if "merge_seconds" in record:  # merged from the shipped adapter on this machine
+                out[f"warm start merged from the shipped adapter, {label}"] = record["merge_seconds"]
+            out[f"warm start build, {label}"] = record["seconds"]
     return out
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -35,8 +35,13 @@ class WarmStart:
     micro_batch_size: int = 8
     seed: int = 0
     teacher: bool = True
-    """Also teach the teacher's abstraction reply (`stages.warm_start.abstraction_sample`) on the same tasks:
+    """Also teach the teacher's abstraction reply (`evolution.teacher_examples.abstraction_sample`) on the same tasks:
     an in-process teacher is the policy itself, and SmolLM2 otherwise copies the prompt's example."""
+    lora_rank: int = 0
+    """0: fine-tune every weight. Else train a LoRA adapter of this rank on every linear layer and merge
+    it (`evolution.start_adapters`): a start of a few MB that can be shipped and merged in seconds."""
+    lora_alpha: float = 32.0
+    """LoRA scaling numerator (the adapter's update is scaled by lora_alpha / lora_rank)."""
 
     def __post_init__(self) -> None:
         for name in ("tasks", "epochs", "batch_size", "micro_batch_size"):
@@ -44,6 +49,17 @@ class WarmStart:
                 raise ValueError(f"warm start: {name} must be >= 1, got {getattr(self, name)}")
         if not self.lr > 0:
             raise ValueError(f"warm start: lr must be > 0, got {self.lr}")
+        if self.lora_rank < 0 or not self.lora_alpha > 0:
+            raise ValueError(f"warm start: lora_rank must be >= 0 and lora_alpha > 0, got {self.lora_rank}, "
+                             f"{self.lora_alpha}")
+
+    def key_fields(self) -> dict:
+        """The settings that name a start built with them: the LoRA fields only when LoRA is on, so a full
+        fine-tune keeps the name it had before they existed."""
+        fields = asdict(self)
+        if not self.lora_rank:
+            del fields["lora_rank"], fields["lora_alpha"]
+        return fields
 
 
 def as_batch(rows: Sequence[tuple[list[int], list[int]]], groups: Sequence[Hashable]) -> SampleBatch:

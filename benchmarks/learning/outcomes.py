@@ -41,11 +41,10 @@ def plan_fingerprint(plan: Plan, root: Path) -> str:
     overrides (the storage root left out of the warm start's path: its directory name is a content key,
     the same on every machine) and the settings the teacher was built with."""
     import hashlib
-    from dataclasses import asdict
 
     parts = {"config": plan.config.read_text(), "rounds": plan.rounds,
              "overrides": [o.replace(str(root), "<root>") for o in plan.overrides],
-             "teacher": asdict(plan.teacher) if plan.teacher and plan.teacher_model else None}  # fmt: skip
+             "teacher": plan.teacher.key_fields() if plan.teacher and plan.teacher_model else None}  # fmt: skip
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -280,6 +280,12 @@ class WarmStartSection(Section):
     """Passes over the examples, for both starts."""
     lr: float = Field(5e-5, gt=0.0)
     """AdamW learning rate, for both starts."""
+    lora_rank: int = Field(0, ge=0)
+    """0: fine-tune every weight. Else train a LoRA adapter of this rank on every linear layer and merge it
+    (`evolution.start_adapters`): a start small enough to ship (`configs/warm-starts/`), merged in seconds
+    instead of trained. Use a larger `lr` than for a full fine-tune."""
+    lora_alpha: float = Field(32.0, gt=0.0)
+    """LoRA scaling numerator (the adapter's update is scaled by lora_alpha / lora_rank)."""
 
 
 class CoevolveConfig(Section):

@@ -69,6 +69,35 @@ def models_resolve(name: Annotated[str, typer.Argument(help="smollm2-135m, tiny-
     typer.echo(resolve_model(name))
 
 
+@models_app.command("warm-start")
+def models_warm_start(
+    config: Annotated[Path, typer.Argument(help="Run config with a `warm_start` section (e.g. configs/demo.yaml).")],
+    rebuild: Annotated[bool, typer.Option(help="Train the starts again, even where cached or shipped.")] = False,
+    ship: Annotated[bool, typer.Option(help="Copy the starts' LoRA adapters into configs/warm-starts/.")] = False,
+    overrides: Overrides = None,
+) -> None:
+    """Build a config's warm starts into the model cache: merged from the shipped adapters where there are
+    (seconds), else trained (minutes). `--rebuild --ship` is how the shipped adapters are made."""
+    from coevolve.config import load_config
+    from coevolve.evolution.start_adapters import ship as ship_start
+    from coevolve.evolution.warm_start import build_warm_starts, start_paths, with_warm_starts
+
+    try:
+        spec = load_config(config, overrides or [])
+    except user_errors() as exc:
+        fail(str(exc))
+    named = with_warm_starts(spec)
+    starts = start_paths(spec, named)
+    if not starts:
+        fail(f"{config}: no warm start to build (warm_start.policy_tasks and warm_start.teacher_tasks are 0)")
+    try:
+        build_warm_starts(spec, named, rebuild=rebuild)
+        for path in starts:
+            typer.echo(f"{path}" + (f" -> shipped as {ship_start(path)}" if ship else ""))
+    except (*user_errors(), ValueError) as exc:
+        fail(str(exc))
+
+
 @engine_app.command("serve")
 def engine_serve(
     config: Annotated[Path, typer.Argument(help="Run config whose model.servers[SERVER] (or teacher) is served.")],

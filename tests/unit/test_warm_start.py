@@ -96,7 +96,7 @@ def test_teacher_checkpoint_starts_from_a_checkpoint_and_is_built_once(tmp_path)
     start = warm_start_checkpoint(config, WarmStart(tasks=2, epochs=1, batch_size=2, teacher=False), tmp_path)
     path = teacher_checkpoint(config, start, settings, tmp_path)
     record = json.loads((path / RECORD).read_text())
-    assert record["start"] == str(start) and 0 < record["explorations"] <= 4
+    assert record["start"] == f"warm-start/{start.name}" and 0 < record["explorations"] <= 4
     assert record["examples"] == 4 + 4 + record["explorations"]
     assert len(record["distractors"]) == 4 and all(0 <= n <= 3 for n in record["distractors"])
     assert teacher_checkpoint(config, start, settings, tmp_path) == path
@@ -130,7 +130,7 @@ def test_warm_start_settings_are_validated():
 def test_abstraction_example_is_a_reply_the_real_parser_accepts(tiny, distractors):
     from coevolve.evolution.abstraction import parse_task
     from coevolve.evolution.prompts import ABSTRACT_PREFIX
-    from coevolve.evolution.warm_start import abstraction_sample
+    from coevolve.evolution.teacher_examples import abstraction_sample
     from coevolve.llm.replies import extract_json
 
     _, tokenizer, chat = tiny
@@ -155,7 +155,7 @@ def test_abstraction_example_is_a_reply_the_real_parser_accepts(tiny, distractor
 def test_reflection_example_is_a_reply_the_real_parser_accepts(tiny, calls):
     from coevolve.evolution.exploration import parse_context
     from coevolve.evolution.prompts import REFLECT_PREFIX
-    from coevolve.evolution.warm_start import reflection_sample
+    from coevolve.evolution.teacher_examples import reflection_sample
 
     _, tokenizer, chat = tiny
     env = envs.make("toolworld", seed=3)
@@ -176,7 +176,7 @@ def test_reflection_example_is_a_reply_the_real_parser_accepts(tiny, calls):
 
 
 def test_other_values_are_the_listings_alternatives_to_a_value():
-    from coevolve.evolution.warm_start import other_values
+    from coevolve.evolution.teacher_examples import other_values
 
     assert other_values(["/a.txt", "/b.txt", "/c.txt"], "/b.txt") == ["/a.txt", "/c.txt"]
     accounts = [{"account_id": "BIZ-4", "balance": 1.0}, {"account_id": "TRV-9", "balance": 2.0}, {"label": "x"}]
@@ -189,7 +189,7 @@ def test_exploration_example_goes_past_the_request_with_a_value_a_listing_showed
     import random
 
     from coevolve.evolution.exploration import exploration_task
-    from coevolve.evolution.warm_start import exploration_sample
+    from coevolve.evolution.teacher_examples import exploration_sample
 
     _, tokenizer, chat = tiny
     env = envs.make("toolworld", seed=3)

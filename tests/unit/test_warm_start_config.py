@@ -50,7 +50,7 @@ def test_a_run_builds_its_starts_once_and_saves_the_config_as_written(tmp_path, 
     ctx.build_warm_starts()
     policy, teacher = resolve_model(ctx.config.model.name), resolve_model(ctx.config.teacher.model)
     assert policy.parent == teacher.parent == tmp_path / "cache" / "warm-start"
-    assert json.loads((teacher / RECORD).read_text())["start"] == str(policy)
+    assert json.loads((teacher / RECORD).read_text())["start"] == f"warm-start/{policy.name}"
     stamps = [(path / RECORD).stat().st_mtime_ns for path in (policy, teacher)]
     again = RunContext.create(spec, "starts-2", tmp_path / "runs")
     again.build_warm_starts()
