@@ -42,9 +42,16 @@ def share_with_grpo(plan: Plan, root: Path, arm: str, seed: int) -> list[tuple[i
 
 
 def run_arms(plan: Plan, root: Path) -> dict[str, float]:
-    """Run (or finish) every run of `plan` through the real flow; returns wall seconds per run."""
-    if plan.jobs > 1:
-        return run_arms_in_processes(plan, root)
+    """Run (or finish) every run of `plan` through the real flow; returns wall seconds per run. The runs
+    report to the configured Prefect API, or to one temporary server that ends with this process
+    (`flows.prefect_api`), never to servers Prefect would start and leave behind when it is killed."""
+    from coevolve.flows.prefect_api import prefect_api
+
+    with prefect_api():
+        return run_arms_in_processes(plan, root) if plan.jobs > 1 else _run_arms_here(plan, root)
+
+
+def _run_arms_here(plan: Plan, root: Path) -> dict[str, float]:
     from coevolve.flows.coevolve import coevolve
 
     seconds = {}
@@ -74,16 +81,12 @@ def run_command(plan: Plan, arm: str, seed: int, root: Path) -> list[str]:
 
 def run_arms_in_processes(plan: Plan, root: Path) -> dict[str, float]:
     """`plan.jobs` runs at a time, each a `coevolve run` process with `cores // jobs` threads, its output
-    in `<root>/learning-logs/<run>.log`, reporting to this process's Prefect API when one is set (else
-    each starts an ephemeral one); raises naming every run that failed (the others finish)."""
+    in `<root>/learning-logs/<run>.log`, reporting to the Prefect API `run_arms` set in the environment;
+    raises naming every run that failed (the others finish)."""
     logs = root / "learning-logs"
     logs.mkdir(parents=True, exist_ok=True)
     threads = str(max(1, (os.cpu_count() or 1) // plan.jobs))
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-    from prefect.settings import PREFECT_API_URL
-
-    if PREFECT_API_URL.value():  # the runs report to this process's Prefect API, else each starts its own
-        env["PREFECT_API_URL"] = PREFECT_API_URL.value()
     waiting, running, seconds, failed = list(plan.runs()), {}, {}, []
     while waiting or running:
         while waiting and len(running) < plan.jobs:

@@ -262,7 +262,7 @@ def test_a_failed_run_process_is_named_with_its_log(tmp_path, monkeypatch):
     monkeypatch.setattr(runs, "run_command", fake_command)
     plan = Plan.make(quick=True, jobs=2)
     with pytest.raises(RuntimeError, match=r"runs failed: learning-grpo-s0 \(exit 3, log .*learning-grpo-s0.log\)$"):
-        runs.run_arms(plan, tmp_path)
+        runs.run_arms_in_processes(plan, tmp_path)
     with pytest.raises(ValueError, match="jobs must be >= 1"):
         Plan.make(quick=True, jobs=0)
 
