@@ -55,10 +55,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     rl.update.grpo_update = timed("update", rl.update.grpo_update)
     rl.checkpoint.save_checkpoint = timed("checkpoint", rl.checkpoint.save_checkpoint)
     from coevolve.flows.coevolve import coevolve
+    from coevolve.flows.prefect_api import prefect_api
     from coevolve.storage.layout import RunLayout
     from coevolve.storage.store import RunStore
 
-    coevolve(args.config, run="overhead", rounds=args.rounds, overrides=args.overrides)
+    with prefect_api():  # a temporary server that ends with the benchmark, killed or not
+        coevolve(args.config, run="overhead", rounds=args.rounds, overrides=args.overrides)
     store = RunStore(RunLayout(Path(os.environ["COEVOLVE_HOME"]), "overhead"))
     print(f"{'round':>5} {'wall s':>8} {'generate':>9} {'update':>8} {'checkpoint':>10} {'overhead':>9} {'share':>6}")
     figures = {}
