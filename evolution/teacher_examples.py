@@ -1,6 +1,6 @@
-"""The examples a teacher's warm start trains on (`evolution.warm_start.teacher_checkpoint`): its abstraction,
-reflection and exploration replies for a task whose answer is known, rendered exactly as the stages prompt
-for them, so the teacher is taught the reply on tasks whose answer is known.
+"""The examples a teacher's warm start trains on (`evolution.warm_start.teacher_checkpoint`): abstraction,
+reflection and exploration replies for generated tasks whose reference solution is known, each under the
+prompt the stage itself renders (`stages.abstract`, `stages.explore`). Each is (ids, loss mask).
 
     ids, mask = abstraction_sample(env, chat, task, max_tasks=2, distractors=1)
 """
