@@ -238,8 +238,14 @@ def _build(target: Path, base: str, spec: CoevolveConfig, train: Callable[[], Pa
         shutil.rmtree(target, ignore_errors=True)
         return train()
     print(f"warm start: merging the shipped adapter of {name}", file=sys.stderr, flush=True)
-    record = {**json.loads((adapter / RECORD).read_text()), "merged_from": f"configs/warm-starts/{target.name}"}
-    return merge_adapter(base, adapter, target, record, dtype=spec.model.dtype)
+    try:
+        record = {**json.loads((adapter / RECORD).read_text()), "merged_from": f"configs/warm-starts/{target.name}"}
+        return merge_adapter(base, adapter, target, record, dtype=spec.model.dtype)
+    except (ValueError, TypeError, OSError, RuntimeError) as exc:  # a damaged copy: json, safetensors, peft
+        from coevolve.storage.parquet import ArtifactError
+
+        raise ArtifactError(f"the shipped warm start {adapter} does not load ({str(exc).splitlines()[0]}); "
+                            f"rebuild it: coevolve models warm-start CONFIG --rebuild --ship") from None  # fmt: skip
 
 
 def _report(step: int, steps: int, loss: float) -> None:

@@ -76,3 +76,17 @@ def test_shipping_a_full_fine_tune_is_one_clear_error(tmp_path):
     (tmp_path / "start").mkdir()
     with pytest.raises(ValueError, match="no LoRA adapter to ship"):
         ship(tmp_path / "start", tmp_path / "shipped")
+
+
+def test_a_damaged_shipped_adapter_is_one_line_naming_it_and_the_rebuild(tmp_path, monkeypatch):
+    from coevolve.storage.parquet import ArtifactError
+
+    monkeypatch.setenv("COEVOLVE_CACHE", str(tmp_path / "cache"))
+    spec = load_config(CONFIGS / "test-tiny.yaml", LORA_STARTS[:1] + LORA_STARTS[2:])  # a policy start only
+    named = with_warm_starts(spec)
+    folder = tmp_path / "shipped" / start_paths(spec, named)[0].name
+    folder.mkdir(parents=True)
+    for name, text in (("adapter_config.json", "{}"), ("adapter_model.safetensors", "not weights"), (RECORD, "{")):
+        (folder / name).write_text(text)
+    with pytest.raises(ArtifactError, match=rf"shipped warm start {folder} does not load .*--rebuild --ship$"):
+        build_warm_starts(spec, named, shipped=tmp_path / "shipped")
