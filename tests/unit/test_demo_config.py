@@ -34,3 +34,14 @@ def test_the_demo_teacher_is_built_from_the_bundled_model():
     named = with_warm_starts(cfg)
     assert named.teacher.type == "local" and named.teacher.model.startswith("warm-start/teacher-")
     assert named.model.name.startswith("warm-start/")
+
+
+def test_the_demo_starts_are_shipped_so_a_first_run_merges_instead_of_training():
+    from coevolve.evolution.start_adapters import shipped_adapter
+    from coevolve.evolution.warm_start import start_paths
+
+    cfg = load_config(CONFIGS / "demo.yaml")
+    starts = start_paths(cfg, with_warm_starts(cfg))
+    assert len(starts) == 2 and cfg.warm_start.lora_rank > 0
+    missing = [p.name for p in starts if shipped_adapter(p.name) is None]
+    assert not missing, f"rebuild them: coevolve models warm-start configs/demo.yaml --rebuild --ship ({missing})"
