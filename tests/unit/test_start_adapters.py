@@ -90,3 +90,15 @@ def test_a_damaged_shipped_adapter_is_one_line_naming_it_and_the_rebuild(tmp_pat
         (folder / name).write_text(text)
     with pytest.raises(ArtifactError, match=rf"shipped warm start {folder} does not load .*--rebuild --ship$"):
         build_warm_starts(spec, named, shipped=tmp_path / "shipped")
+
+
+def test_warm_start_command_on_a_config_without_starts_is_one_line():
+    from typer.testing import CliRunner
+
+    from coevolve.flows.cli import app
+
+    result = CliRunner().invoke(app, ["models", "warm-start", str(CONFIGS / "test-tiny.yaml")], terminal_width=400)
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [
+        f"error: {CONFIGS / 'test-tiny.yaml'}: no warm start to build (warm_start.policy_tasks and "
+        "warm_start.teacher_tasks are 0)"]
