@@ -29,6 +29,20 @@ from coevolve.core import ToolCall, content_hash
 TaskSource = Literal["benchmark", "seed", "synthesized"]
 
 
+SYNTHESIZED = "synth:"
+"""The family of a synthesized task: this prefix and the tools its solution calls, `synth:get_order+pay`."""
+
+
+def synthesized_family(tools: Sequence[str]) -> str:
+    """The family of a synthesized task whose solution calls `tools` (each named once, in order)."""
+    return SYNTHESIZED + "+".join(dict.fromkeys(tools))
+
+
+def family_tools(family: str) -> list[str] | None:
+    """The tools a synthesized task's family names; None for any other family."""
+    return family.removeprefix(SYNTHESIZED).split("+") if family.startswith(SYNTHESIZED) else None
+
+
 Action = str | list[ToolCall] | list[dict[str, Any]]
 """What the agent sends to `step`: its raw reply text, or tool calls (`[]` = a final reply with no text)."""
 
@@ -181,7 +195,8 @@ class Environment(ABC):
 
     def fresh_tasks(self, families: list[str], n: int, stream: str) -> list[Task]:
         """`n` new tasks of the given families from the seed stream `stream`, none of any split (the oracle
-        curriculum of the learning benchmark draws them). By default an environment cannot."""
+        curriculum of the learning benchmark draws them). A synthesized task's family (`synth:<tools>`)
+        stands for the generator's families whose tasks call those tools. By default an environment cannot."""
         raise ValueError(f"environment {self.name!r} cannot generate fresh tasks of a family")
 
     def derive_checker(

@@ -16,7 +16,7 @@ from typing import Any
 
 from coevolve.core import ToolCall
 from coevolve.envs.answers import answer_found
-from coevolve.envs.base import Environment, Evaluation, Task
+from coevolve.envs.base import Environment, Evaluation, Task, synthesized_family
 from coevolve.evolution.similarity import solution_signature
 from coevolve.llm.replies import short_text
 
@@ -43,7 +43,7 @@ def candidate_task(env: Environment, row: dict, *, strict: bool = True) -> Task:
         checker = env.derive_checker(state, turns, [calls], answers, strict=strict)
     except ValueError as exc:
         raise Rejected(f"replay: {exc}") from None
-    family = "synth:" + "+".join(dict.fromkeys(c.name for c in calls))
+    family = synthesized_family([c.name for c in calls])
     task_id = Task.make_id(row["env"], state, turns, {**checker, "solution": solution_signature(calls)})
     return Task(
         id=task_id,

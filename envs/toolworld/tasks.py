@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from collections.abc import Collection, Sequence
 
-from coevolve.envs.base import Task
+from coevolve.envs.base import Task, family_tools
 from coevolve.envs.toolworld import families_cross_app, families_one_app
 from coevolve.envs.toolworld.checker import build_checker
 from coevolve.envs.toolworld.templates import Template
@@ -75,11 +75,29 @@ def generate_split(
     return tasks
 
 
+def families_calling(catalog: ToolCatalog, tools: Sequence[str], samples: int = 4) -> list[str]:
+    """The training families one of whose tasks (`samples` drawn from a fixed stream) calls exactly `tools`,
+    in any order: what a synthesized task of those tools is an instance of."""
+    wanted, out = set(tools), []
+    for template in TRAIN_TEMPLATES:
+        for i in range(samples):
+            task = make_task(catalog, template, random.Random(f"{ENV_NAME}:tools:{template.name}:{i}"), "fresh")
+            if {call.name for turn in task.solution or [] for call in turn} == wanted:
+                out.append(template.name)
+                break
+    return out
+
+
 def generate_family_tasks(
     catalog: ToolCatalog, seed: int, families: Sequence[str], n: int, stream: str, exclude_ids: Collection[str]
 ) -> list[Task]:
     """`n` distinct tasks of the training `families` (in turn) from the seed stream `stream`, none of whose
-    ids is in `exclude_ids` (the splits'); split `fresh`."""
+    ids is in `exclude_ids` (the splits'); split `fresh`. A synthesized task's family (`synth:<tools>`)
+    stands for the families calling those tools (`families_calling`; none: it adds no family)."""
+    families = list(dict.fromkeys(
+        name for family in families
+        for name in ([family] if family_tools(family) is None else families_calling(catalog, family_tools(family)))
+    ))  # fmt: skip
     by_name = {template.name: template for template in TRAIN_TEMPLATES}
     unknown = sorted(set(families) - set(by_name))
     if unknown:

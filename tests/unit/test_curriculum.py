@@ -40,3 +40,19 @@ def test_the_oracle_draws_fresh_tasks_of_the_signalled_families(tmp_path, tokeni
     assert verdicts and all(v["reason"].startswith("the policy") for v in verdicts)  # well posed: judged by attempts
     admitted = sum(v["outcome"] != "discard" for v in verdicts)
     assert ctx.store.manifest(0, "merge").outputs["added_tasks"] == admitted
+
+
+def test_a_synthesized_task_points_the_oracle_at_the_families_calling_its_tools():
+    from coevolve import envs
+    from coevolve.envs.base import family_tools, synthesized_family
+    from coevolve.evolution.curriculum import oracle_candidates
+
+    env = envs.make("toolworld")
+    family = synthesized_family(["get_order", "get_order"])
+    assert family == "synth:get_order" and family_tools(family) == ["get_order"] and family_tools("pay_order") is None
+    drawn = env.fresh_tasks([family, "bank_balance"], 4, "s")
+    assert [t.family for t in drawn] == ["order_status", "bank_balance"] * 2
+    assert env.fresh_tasks(["synth:no_such_tool"], 2, "s") == []  # no family calls it: nothing to draw
+    exploration = {"status": "oracle", "exploration_id": "x1", "context": json.dumps({"families": [family]})}
+    rows = oracle_candidates(env, [exploration], per_target=2, stream="s")
+    assert len(rows) == 2 and {r["intent"] for r in rows} == {"order_status"}
