@@ -191,7 +191,7 @@ def test_quick_plan_runs_and_reports(tmp_path, monkeypatch, prefect_api):
     assert "coevolve - grpo" in text and "| learning-coevolve-s0 |" in text
     # every arm starts from the one warm-started checkpoint; the evolving arms share a teacher built from it
     checkpoint, teacher = sorted((tmp_path / "runs" / "warm-start").iterdir(), key=lambda p: p.name.startswith("teacher-"))
-    assert teacher.name.startswith("teacher-") and json.loads((teacher / "warm_start.json").read_text())["start"] == str(checkpoint)
+    assert teacher.name.startswith("teacher-") and json.loads((teacher / "warm_start.json").read_text())["start"] == f"warm-start/{checkpoint.name}"
     assert "warm start: 4 reference episodes" in text and str(checkpoint) in text and str(teacher) in text
     for arm in ("grpo", "coevolve", "no-verify"):
         saved = yaml.safe_load((tmp_path / "runs" / f"run=learning-{arm}-s0" / "config.yaml").read_text())
