@@ -75,17 +75,16 @@ def generate_split(
     return tasks
 
 
-def families_calling(catalog: ToolCatalog, tools: Sequence[str], samples: int = 4) -> list[str]:
-    """The training families one of whose tasks (`samples` drawn from a fixed stream) calls exactly `tools`,
+def families_calling(tools: Sequence[str], samples: int = 4) -> list[str]:
+    """The training families one of whose drafts (`samples` drawn from a fixed stream) calls exactly `tools`,
     in any order: what a synthesized task of those tools is an instance of."""
-    wanted, out = set(tools), []
-    for template in TRAIN_TEMPLATES:
-        for i in range(samples):
-            task = make_task(catalog, template, random.Random(f"{ENV_NAME}:tools:{template.name}:{i}"), "fresh")
-            if {call.name for turn in task.solution or [] for call in turn} == wanted:
-                out.append(template.name)
-                break
-    return out
+    wanted = set(tools)
+
+    def calls(template: Template, i: int) -> set[str]:
+        draft = template.build(random.Random(f"{ENV_NAME}:tools:{template.name}:{i}"))
+        return {call.name for turn in draft.solution for call in turn}
+
+    return [t.name for t in TRAIN_TEMPLATES if any(calls(t, i) == wanted for i in range(samples))]
 
 
 def generate_family_tasks(
@@ -96,7 +95,7 @@ def generate_family_tasks(
     stands for the families calling those tools (`families_calling`; none: it adds no family)."""
     families = list(dict.fromkeys(
         name for family in families
-        for name in ([family] if family_tools(family) is None else families_calling(catalog, family_tools(family)))
+        for name in ([family] if family_tools(family) is None else families_calling(family_tools(family)))
     ))  # fmt: skip
     by_name = {template.name: template for template in TRAIN_TEMPLATES}
     unknown = sorted(set(families) - set(by_name))
