@@ -13,6 +13,7 @@ import random
 
 from coevolve.agents.episodes import EpisodeLimits
 from coevolve.agents.evaluation import evaluate_splits
+from coevolve.config import CoevolveConfig
 from coevolve.core import round_seed
 from coevolve.envs.base import Task
 from coevolve.llm.engine import SamplingParams
@@ -33,12 +34,18 @@ def eval_sample(tasks: list[Task], split: str, limit: int | None) -> list[Task]:
     return tasks
 
 
-def evaluate_policy(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
-    cfg, rollout = ctx.config.eval, ctx.config.rollout
+def eval_settings(config: CoevolveConfig, round_: int) -> tuple[SamplingParams, EpisodeLimits]:
+    """How round `round_`'s evaluation samples (greedy by default) and where its episodes stop."""
+    cfg, rollout = config.eval, config.rollout
     temperature = 1.0 if cfg.greedy else rollout.temperature
     sampling = SamplingParams(temperature=temperature, max_new_tokens=rollout.max_new_tokens,
                               greedy=cfg.greedy, seed=round_seed(0, round_, "eval"))
-    limits = EpisodeLimits(rollout.max_replies, rollout.max_context_tokens)
+    return sampling, EpisodeLimits(rollout.max_replies, rollout.max_context_tokens)
+
+
+def evaluate_policy(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
+    cfg = ctx.config.eval
+    sampling, limits = eval_settings(ctx.config, round_)
     tasks = {split: eval_sample(split_tasks, split, cfg.max_tasks) for split, split_tasks in inputs["tasks"].items()}
     with ctx.progress(f"round {round_} eval {', '.join(tasks)}", sum(map(len, tasks.values()))) as advance:
         artifacts, outputs = evaluate_splits(inputs["policy"], ctx.make_env, tasks, sampling, limits, run=ctx.run,

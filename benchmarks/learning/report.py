@@ -181,6 +181,12 @@ def headline_table(evals: pl.DataFrame, plan: Plan, costs: dict[str, dict[str, f
     return pl.DataFrame(rows)
 
 
+REPRODUCE = ("One run (arm A, seed S) is rebuilt, warm starts included, by the command that made this record "
+             "with `--arm A --seeds S+1 --first-seed S --root EMPTY_ROOT`; `coevolve eval --run learning-A-sS "
+             "--env-seed N --root EMPTY_ROOT` then scores its final policy on tasks of an environment seed N that "
+             "no run used (`flows/reevaluate.py`).")
+
+
 def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
     planned = [run_name(arm, seed) for arm, seed in plan.reported_runs()]
     evals, record = reported_outcomes(root, plan, out)
@@ -204,7 +210,7 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
              "## Headline", "", markdown_table(head, percent=(*splits, "feedback")) if head.height else "-", "",
              f"config `{plan.config}`, {plan.rounds} rounds, planned runs {describe_runs(planned)}, "
              f"overrides {' '.join(plan.overrides) or '(none)'}", "", _warm_start_line(plan), "",
-             *_provenance_lines(from_record, missing, out),
+             *_provenance_lines(from_record, missing, out), REPRODUCE, "",
              "## Held-out success per arm (mean over seeds)", "",
              markdown_table(summary(curve, final), percent=("baseline", "final", "best")), ""]  # fmt: skip
     parts += ["## coevolve - grpo after the last update (bootstrap 95 % interval over seeds and tasks)", ""]

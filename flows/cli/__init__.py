@@ -6,6 +6,7 @@ so `coevolve --help` is instant.
     coevolve serve                                         # serve deployment coevolve/round (PREFECT_API_URL)
     coevolve stage rollout --run demo --round 1 --force    # re-run one stage from cached inputs
     coevolve fork demo demo-f1 --set evolve.every=1        # a new run sharing demo's identical stages
+    coevolve eval --run demo --env-seed 9001               # the policy on tasks of a seed no run used
     coevolve update-worker --run demo --machine-rank 1     # another machine's share of multi-machine updates
     coevolve sql "SELECT round, avg(reward) FROM trajectories GROUP BY ALL ORDER BY round"   # docs/sql.md
     coevolve runs                                          # runs, rounds, dataset size, success
@@ -179,6 +180,42 @@ def _rerun_stage(stage_def, cfg, layout, round_: int, *, force: bool):
 
     store = RunContext.create(cfg, layout.run, layout.root).store
     return StageRecord(store.completed(round_, stage_def.name), cached=result["cached"])
+
+
+@app.command("eval")
+def evaluate(
+    run_name: Annotated[str, typer.Option("--run", help="Run whose policy to evaluate.")],
+    env_seed: Annotated[int, typer.Option(help="The environment's seed option for the tasks (one no run used).")],
+    round_: Annotated[int | None, typer.Option("--round", help="Policy after this round (default: the last).")] = None,
+    splits: Annotated[list[str] | None, typer.Option(
+        "--split", help="Split to evaluate (repeatable; default: the run's eval.splits).")] = None,
+    max_tasks: Annotated[int | None, typer.Option(help="At most this many tasks per split.")] = None,
+    root: RootOption = None,
+) -> None:
+    """Evaluate a run's policy on tasks drawn with another environment seed, none of the run's own; the
+    rows go to <root>/evaluations/RUN/, outside the run (flows/reevaluate.py)."""
+    from coevolve.config import load_config
+    from coevolve.flows.reevaluate import reevaluate
+    from coevolve.pipeline.context import RunContext
+
+    layout = run_layout(root, run_name)
+    if not layout.config_path.exists():
+        fail(f"no run '{run_name}' under {layout.root} ({layout.config_path} missing). List runs with `coevolve runs`.")
+    if max_tasks is not None and max_tasks < 1:
+        fail(f"--max-tasks must be >= 1, got {max_tasks}")
+    try:
+        cfg = load_config(layout.config_path)
+        wanted = splits or ([cfg.eval.splits] if isinstance(cfg.eval.splits, str) else list(cfg.eval.splits or []))
+        quiet_libraries()
+        summary = reevaluate(RunContext.create(cfg, layout.run, layout.root), round_=round_,
+                             options={**cfg.env.options, "seed": env_seed}, splits=wanted,
+                             max_tasks=max_tasks, root=layout.root)  # fmt: skip
+    except (*user_errors(), ValueError) as exc:
+        fail(str(exc))
+    for split, success in summary["success"].items():
+        typer.echo(f"{split}: success {success:.1%} of {summary['tasks'][split]} tasks "
+                   f"(policy after round {summary['round']}, env seed {env_seed})")  # fmt: skip
+    typer.echo(f"rows in {summary['folder']}/")
 
 
 @app.command("update-worker")

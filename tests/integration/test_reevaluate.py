@@ -1,0 +1,66 @@
+"""`coevolve eval`: a finished run's policy on tasks of another environment seed, none of the run's own,
+written outside the run; bad arguments are one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from coevolve import envs
+from coevolve.config import load_config
+from coevolve.flows.cli import app
+from coevolve.storage.layout import RunLayout
+from coevolve.storage.store import RunStore
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def run_root(evolved_run, tmp_path_factory):
+    """A copy of the shared evolved run (its root is read-only for tests)."""
+    root = tmp_path_factory.mktemp("reevaluate") / "runs"
+    shutil.copytree(evolved_run.root, root)
+    return root
+
+
+def test_eval_scores_the_last_policy_on_tasks_the_run_never_met(run_root):
+    result = CliRunner().invoke(app, ["eval", "--run", "evo", "--env-seed", "9001", "--split", "validation",
+                                      "--split", "heldout-templates", "--root", str(run_root)])
+    assert result.exit_code == 0, result.output
+    [folder] = (run_root / "evaluations" / "evo").iterdir()
+    summary = json.loads((folder / "evaluation.json").read_text())
+    evals = pq.read_table(folder / "evals.parquet").to_pylist()
+    update = RunStore(RunLayout(run_root, "evo")).completed(1, "grpo_update")
+
+    assert summary["round"] == 1 and summary["policy_version"] == update.outputs["policy_version"]
+    assert summary["options"]["seed"] == 9001 and summary["tasks"] == {"validation": 8, "heldout-templates": 8}
+    cfg = load_config(run_root / "run=evo" / "config.yaml")
+    own = envs.make(cfg.env.name, **cfg.env.options)
+    own_ids = {task.id for split in own.splits() for task in own.tasks(split)}
+    assert evals and not {row["task_id"] for row in evals} & own_ids
+    for split, success in summary["success"].items():
+        rows = [row for row in evals if row["split"] == split]
+        assert success == sum(row["success"] for row in rows) / len(rows)
+    assert {row["policy_version"] for row in evals} == {summary["policy_version"]}
+    assert "validation: success" in result.output and str(folder) in result.output
+    assert not (run_root / "run=evo" / "evaluations").exists()  # nothing written into the run
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--env-seed", "0"], "that run 'evo' has not met; choose another seed"),
+    (["--env-seed", "9001", "--round", "7"], "no completed grpo_update in round 7"),
+    (["--env-seed", "9001", "--split", "nope"], "has no split 'nope'"),
+    (["--env-seed", "9001", "--max-tasks", "0"], "--max-tasks must be >= 1"),
+])  # fmt: skip
+def test_bad_arguments_are_one_line(run_root, args, message):
+    result = CliRunner().invoke(app, ["eval", "--run", "evo", *args, "--root", str(run_root)])
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_an_unknown_run_is_one_line(tmp_path):
+    result = CliRunner().invoke(app, ["eval", "--run", "ghost", "--env-seed", "1", "--root", str(tmp_path)])
+    assert result.exit_code == 2 and "no run 'ghost'" in result.output
