@@ -3,14 +3,17 @@
     coevolve bench learning [--quick]        # = python -m coevolve.benchmarks.learning
 
 `--quick`: grpo and coevolve only, one seed, 2 rounds, 8 tasks per eval split (the short check that the
-whole benchmark works). The full suite: every arm, 3 seeds of grpo and coevolve, the config's
-`run.rounds` (3).
+whole benchmark works). The full suite: every arm, 3 seeds of grpo, oracle-curriculum and coevolve, the
+config's `run.rounds` (8). The protocol (splits, regime, analysis, order of the runs) is
+docs/experiments/learning-protocol.md.
 
 Every arm is an ordinary run of the `coevolve` flow on the same config (`configs/learning-smollm2.yaml`
-by default) with one set of overrides, the same seeds, the same evaluation (greedy, fixed task samples
-of `test` and `heldout-templates`) and the same rollout budget (tasks x K x rounds):
+by default) with one set of overrides, the same seeds, the same evaluation (greedy, whole splits:
+`validation` while developing, `test` and `heldout-templates` only with `--final` for a plan frozen with
+`--freeze`) and the same rollout budget (tasks x K x rounds):
 
     grpo            evolve.every=0: GRPO on the static `train` split
+    oracle-curriculum  not CoEvolve, the ceiling: fresh generator tasks of the families the signals mark
     coevolve        all three signals, verification on
     no-forgetting   one signal off each
     no-boundary
@@ -57,12 +60,14 @@ Outputs (in `--out`, default `<storage root>/learning-report/`, next to the runs
 arm, seed, updates, split, task_id, success, plan), `curves.parquet` (arm, seed, updates, split, success,
 tasks), `report.md` (final and best held-out success per arm, coevolve - grpo with a bootstrap 95 %
 interval over seeds and tasks, signals per kind, tasks accepted per round, generated tokens, wall time
-per stage and the feedback phases' share) and `curves.png`. The headline figures are appended to
+per stage and the feedback phases' share, what the evolved data reaches that D_0 does not, and how one run
+is rebuilt and scored on tasks of an unused environment seed with `coevolve eval`) and `curves.png`. The headline figures are appended to
 `benchmarks/results/learning.jsonl` (`benchmarks.record`).
 
-Modules: `plan` (which runs), `runs` (running them through the flow), `outcomes` (per-task held-out
-outcomes and their record), `statistics` (success per arm, the bootstrap), `tables` (per-run tables from
-storage), `report` (report.md and curves), `cli` (the command line).
+Modules: `plan` (which runs), `protocol` (freezing a plan for the final report), `runs` (running them
+through the flow), `outcomes` (per-task held-out outcomes and their record), `statistics` (success per
+arm, the bootstrap, the exact test, power), `tables` (per-run tables from storage), `coverage` (offered-but-
+unused tools and compositions), `report` (report.md and curves), `cli` (the command line).
 """
 
 from coevolve.benchmarks.learning.cli import main

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import polars as pl
 
+from coevolve.benchmarks.learning.coverage import coverage
 from coevolve.benchmarks.learning.outcomes import OUTCOMES, curves, reported_outcomes
 from coevolve.benchmarks.learning.plan import ARMS, Plan, run_name
 from coevolve.benchmarks.learning.protocol import EFFECT
@@ -235,7 +236,12 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
               markdown_table(exploration_breadth(root, names)), "",
               markdown_table(teacher_output(root, names)), "",
               "Most frequent reasons a candidate was not `ok` or was discarded (JSON, ids and numbers folded):", "",
-              markdown_table(rejection_reasons(root, names)), ""]  # fmt: skip
+              markdown_table(rejection_reasons(root, names)), "",
+              "## Coverage: what the evolved data reaches that D_0 does not", "",
+              "Tools offered to D_0's tasks that no D_0 solution calls (`unused_tools`), how many of them the "
+              "explorations called and the admitted tasks' solutions call; admitted tasks of two or more calls, "
+              "and those whose sequence of tools no D_0 task has (`benchmarks/learning/coverage.py`):", "",
+              markdown_table(coverage(root, names)), ""]  # fmt: skip
     text = "\n".join(parts)
     write_text_atomic(text, out / "report.md")
     return text
