@@ -16,9 +16,10 @@ Steps of `grpo_update`:
    micro-batches mix groups, sorted by length so that padding is small.
 4. Old log-probs are recomputed by the policy itself under ``no_grad`` before the first gradient step,
    with exactly the micro-batches used for training: same kernels, same padding, so the ratio is 1 on
-   the first step and there is no engine/trainer numeric drift. With one epoch and one mini-batch (a
-   single optimizer step, the default) the weights cannot change before the step, so the old log-probs
-   *are* the update's own forward, detached: that pass is skipped (a quarter of the update's compute). Reference log-probs come from
+   the first step and there is no engine/trainer numeric drift. With one epoch the weights cannot change
+   before the first mini-batch's step, so its old log-probs *are* that step's own forward, detached: the
+   pass runs only over the later mini-batches (none with one mini-batch, the default, where it would be a
+   quarter of the update's compute). Reference log-probs come from
    ``ref_model`` (or, for a peft model without ``ref_model``, the model with its adapter disabled).
 5. ``epochs`` passes over the mini-batches; each mini-batch is one optimizer step, gradients
    accumulated over its micro-batches with the loss divided by the mini-batch's policy-token count,
@@ -332,17 +333,20 @@ def grpo_update(
     acc = _MetricsSum()
 
     if plan:
-        single_step = hp.epochs == 1 and len(plan) == 1  # old log-probs = this forward, detached
-        old = None if single_step else _fixed_logprobs(model, batch, local_plan, hp.temperature, shared)
+        # one epoch: the first mini-batch steps from the weights its old log-probs would be computed with,
+        # so its own forward, detached, is them; only the later mini-batches need the no-grad pass
+        own_first = hp.epochs == 1
+        needed = local_plan[1:] if own_first else local_plan
+        fixed = _fixed_logprobs(model, batch, needed, hp.temperature, shared) if needed else []
+        old: list[list[Tensor] | None] = [None, *fixed] if own_first else fixed
         ref = _reference_logprobs(model, ref_model, batch, local_plan, hp)
         was_training = model.training
         model.train()
         for _ in range(hp.epochs):
             for m, shard in enumerate(shards):
                 mini_ref = None if ref is None else ref[m]
-                mini_old = None if old is None else old[m]
                 _mini_batch_step(
-                    model, optimizer, batch, shard, adv, mini_old, mini_ref, hp, acc, progress, shared, accelerator
+                    model, optimizer, batch, shard, adv, old[m], mini_ref, hp, acc, progress, shared, accelerator
                 )
         optimizer.zero_grad(set_to_none=True)
         model.train(was_training)

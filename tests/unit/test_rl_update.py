@@ -288,29 +288,44 @@ def test_peft_checkpoint_saves_the_adapter_and_reloads_it(tmp_path):
         torch.testing.assert_close(loaded(ids).logits, model(ids).logits, rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("mini_batches", [1, 2])
 @pytest.mark.parametrize("beta", [0.0, 0.05])
-def test_single_step_update_reuses_its_forward_as_old_logprobs(beta, monkeypatch):
-    """One epoch, one mini-batch: skipping the old-log-prob pass gives exactly the gradient of the
-    update that computes it (the weights cannot move before the only step)."""
+def test_one_epoch_reuses_the_first_steps_forward_as_its_old_logprobs(beta, mini_batches, monkeypatch):
+    """One epoch: the old-log-prob pass skips the first mini-batch (the weights cannot move before its
+    step) and gives exactly the gradients of the update that computes it for every mini-batch."""
     import coevolve.rl.update as update
 
     batch = make_batch(SIGNAL)
-    hp = UpdateHyperparams(lr=0.0, micro_batch_size=4, beta=beta)
+    hp = UpdateHyperparams(lr=0.0, micro_batch_size=4, beta=beta, mini_batches=mini_batches)
     ref = tiny_llama(seed=1)
     fast = tiny_llama()
     recorded_fast = GradRecorder(fast)
     calls = []
     real = update._fixed_logprobs
-    monkeypatch.setattr(update, "_fixed_logprobs", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    monkeypatch.setattr(update, "_fixed_logprobs", lambda *a, **k: calls.append((a[0], len(a[2]))) or real(*a, **k))
     grpo_update(fast, ref, recorded_fast, batch, hp)
-    assert calls == ([ref] if beta else [])  # only the reference pass ran
+    policy_passes = [mini_batches - 1] if mini_batches > 1 else []  # the later mini-batches only
+    assert [n for model, n in calls if model is fast] == policy_passes
+    assert [n for model, n in calls if model is ref] == ([mini_batches] if beta else [])
 
-    slow = tiny_llama()  # the same weights, through the two-epoch path with lr 0 (= one step, repeated)
+    slow = tiny_llama()  # the same weights, through the two-epoch path with lr 0 (= the steps, repeated)
     recorded_slow = GradRecorder(slow)
-    grpo_update(slow, ref, recorded_slow, batch, UpdateHyperparams(lr=0.0, micro_batch_size=4, beta=beta, epochs=2))
-    assert slow in calls
-    for name, grad in recorded_fast.grads[0].items():
-        torch.testing.assert_close(grad, recorded_slow.grads[0][name], rtol=1e-5, atol=1e-6)
+    grpo_update(slow, ref, recorded_slow, batch,
+                UpdateHyperparams(lr=0.0, micro_batch_size=4, beta=beta, epochs=2, mini_batches=mini_batches))  # fmt: skip
+    assert (slow, mini_batches) in calls
+    assert len(recorded_fast.grads) == mini_batches
+    for step, grads in enumerate(recorded_fast.grads):
+        for name, grad in grads.items():
+            torch.testing.assert_close(grad, recorded_slow.grads[step][name], rtol=1e-5, atol=1e-6)
+
+
+def test_one_epoch_of_two_mini_batches_clips_the_second_step():
+    """The second mini-batch's old log-probs are the weights before the first step, not its own forward:
+    after a large first step its ratio leaves the clip range."""
+    model = tiny_llama()
+    hp = UpdateHyperparams(lr=3e-2, mini_batches=2, clip_low=0.01, clip_high=0.01)
+    result = grpo_update(model, None, make_optimizer(model, hp.lr), make_batch(SIGNAL), hp)
+    assert result.optimizer_steps == 2 and result.clip_fraction > 0
 
 
 def test_shard_plan_deals_micro_batches_round_robin_and_keeps_the_whole_token_count():
