@@ -79,13 +79,15 @@ class Plan:
         seeds = seeds if seeds is not None else (1 if quick else 3)
         if not 0 <= first_seed < seeds:
             raise ValueError(f"first_seed must be in [0, seeds = {seeds}), got {first_seed}")
+        rounds = rounds if rounds is not None else (2 if quick else _config_rounds(config))
+        overrides = (*QUICK_OVERRIDES, *overrides) if quick else tuple(overrides)
         return cls(
             config=config,
-            rounds=rounds if rounds is not None else (2 if quick else _config_rounds(config)),
+            rounds=rounds,
             seeds=seeds,
             arms=tuple(arms) if arms else (QUICK_ARMS if quick else tuple(ARMS)),
             first_seed=first_seed,
-            overrides=(*QUICK_OVERRIDES, *overrides) if quick else tuple(overrides),
+            overrides=(*overrides, *_final_evaluation(config, rounds, overrides)),
             warm_start=WarmStart(tasks=warm_start_tasks) if warm_start_tasks else None,
             teacher=replace(TEACHER_BUILD, tasks=teacher_tasks) if teacher_tasks else None,
             jobs=jobs,
@@ -112,6 +114,15 @@ def _config_rounds(config: Path) -> int:
     from coevolve.config import load_config
 
     return load_config(config).run.rounds
+
+
+def _final_evaluation(config: Path, rounds: int, overrides: Sequence[str]) -> tuple[str, ...]:
+    """`eval.every={rounds}` when the config would not evaluate the last round (every arm is compared
+    after it); nothing when it does."""
+    from coevolve.config import load_config
+
+    every = load_config(config, list(overrides)).eval.every
+    return () if every and rounds % every == 0 else (f"eval.every={rounds}",)
 
 
 def run_name(arm: str, seed: int) -> str:
