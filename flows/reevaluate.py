@@ -1,5 +1,6 @@
 """Evaluate a run's policy on tasks it never met: the environment's splits under other options (another
-seed draws tasks no run of this project used), none of the run's own tasks, nothing written into the run.
+seed draws tasks no run of this project used), none of the run's own tasks or its warm start's, nothing
+written into the run.
 
     coevolve eval --run learning-grpo-s0 --env-seed 9001 --split validation
 
@@ -19,6 +20,7 @@ from typing import Any
 
 from coevolve import envs
 from coevolve.core import content_hash
+from coevolve.evolution.start_adapters import RECORD
 from coevolve.pipeline.context import RunContext
 from coevolve.stages.evaluate import eval_sample, eval_settings
 from coevolve.storage.parquet import to_table, write_table, write_text_atomic
@@ -33,12 +35,18 @@ def last_update(ctx: RunContext) -> int:
     return max(rounds)
 
 
+def warm_start_tasks(model: str) -> set[str]:
+    """Ids of the tasks a warm-started policy was fine-tuned on (its build record), else none."""
+    record = Path(model) / RECORD
+    return set(json.loads(record.read_text()).get("task_ids", [])) if record.is_file() else set()
+
+
 def fresh_tasks(ctx: RunContext, options: dict[str, Any], splits: Sequence[str],
                 max_tasks: int | None) -> tuple[dict[str, list], int]:  # fmt: skip
     """The tasks of `splits` in the environment made with `options`, less every task id of the run's own
-    environment (any split); and how many were left out for that."""
+    environment (any split) and of its warm start; and how many were left out for that."""
     own = envs.make(ctx.config.env.name, **ctx.config.env.options)
-    taken = {task.id for split in own.splits() for task in own.tasks(split)}
+    taken = {task.id for split in own.splits() for task in own.tasks(split)} | warm_start_tasks(ctx.config.model.name)
     try:
         other = envs.make(ctx.config.env.name, **options)
     except TypeError as exc:

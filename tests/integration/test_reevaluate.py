@@ -64,3 +64,11 @@ def test_bad_arguments_are_one_line(run_root, args, message):
 def test_an_unknown_run_is_one_line(tmp_path):
     result = CliRunner().invoke(app, ["eval", "--run", "ghost", "--env-seed", "1", "--root", str(tmp_path)])
     assert result.exit_code == 2 and "no run 'ghost'" in result.output
+
+
+def test_a_warm_starts_tasks_count_as_the_runs_own(tmp_path):
+    from coevolve.flows.reevaluate import warm_start_tasks
+
+    (tmp_path / "warm_start.json").write_text(json.dumps({"base_model": "smollm2-135m", "task_ids": ["a1", "b2"]}))
+    assert warm_start_tasks(str(tmp_path)) == {"a1", "b2"}
+    assert warm_start_tasks("tiny-random-llama") == set()  # a model name, not a warm start
