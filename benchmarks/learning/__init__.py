@@ -59,7 +59,7 @@ Outputs (in `--out`, default `<storage root>/learning-report/`, next to the runs
 `benchmarks/results/learning/<record>/` is written only when `--out` names it): `outcomes.parquet` (run,
 arm, seed, updates, split, task_id, success, plan), `curves.parquet` (arm, seed, updates, split, success,
 tasks), `report.md` (final and best held-out success per arm, coevolve - grpo with a bootstrap 95 %
-interval over seeds and tasks, signals per kind, tasks accepted per round, generated tokens, wall time
+interval over seeds and task families, signals per kind, tasks accepted per round, generated tokens, wall time
 per stage and the feedback phases' share, what the evolved data reaches that D_0 does not, and how one run
 is rebuilt and scored on tasks of an unused environment seed with `coevolve eval`) and `curves.png`. The headline figures are appended to
 `benchmarks/results/learning.jsonl` (`benchmarks.record`).

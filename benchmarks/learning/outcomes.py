@@ -18,9 +18,9 @@ def per_task_evals(root: Path, names: Sequence[str]) -> pl.DataFrame:
     """One row per (run, updates, split, task): `updates` = 0 for the baseline, r + 1 after round r."""
     frame = scalar_table(root, names, """
         SELECT run, CASE WHEN stage = 'baseline' THEN 0 ELSE round + 1 END AS updates, split, task_id,
-               success::INT AS success
+               family, success::INT AS success
         FROM evals WHERE run IN (RUNS)""",
-        {"run": pl.String, "updates": pl.Int64, "split": pl.String, "task_id": pl.String,
+        {"run": pl.String, "updates": pl.Int64, "split": pl.String, "task_id": pl.String, "family": pl.String,
          "success": pl.Int32})  # fmt: skip
     return frame.with_columns(
         arm=pl.col("run").str.extract(r"^learning-(.+)-s\d+$", 1),
@@ -30,10 +30,11 @@ def per_task_evals(root: Path, names: Sequence[str]) -> pl.DataFrame:
 
 OUTCOMES = "outcomes.parquet"
 OUTCOME_SCHEMA = {"run": pl.String, "arm": pl.String, "seed": pl.Int64, "updates": pl.Int64, "split": pl.String,
-                  "task_id": pl.String, "success": pl.Int64, "plan": pl.String}  # fmt: skip
+                  "task_id": pl.String, "family": pl.String, "success": pl.Int64, "plan": pl.String}  # fmt: skip
 """`<out>/outcomes.parquet`: one row per (run, updates, split, task), `plan` the `plan_fingerprint` of the
 invocation that measured it. Committed with the report, it lets a later invocation on a fresh machine add
-seeds (`first_seed`) and still report, and bootstrap, over every seed."""
+seeds (`first_seed`) and still report, and bootstrap, over every seed. `family` (the task's, the unit the
+bootstrap resamples) is null in records written before it was kept."""
 
 
 def plan_fingerprint(plan: Plan, root: Path) -> str:
@@ -57,6 +58,8 @@ def recorded_outcomes(path: Path) -> pl.DataFrame:
         frame = pl.read_parquet(path)
     except Exception as exc:  # polars raises several kinds for a corrupt or foreign file
         raise ValueError(f"{path}: not a readable Parquet file ({exc})") from exc
+    if "family" not in frame.columns:  # a record written before families were kept
+        frame = frame.with_columns(family=pl.lit(None, dtype=pl.String))
     missing = sorted(set(OUTCOME_SCHEMA) - set(frame.columns))
     if missing:
         raise ValueError(f"{path}: not an outcomes table, missing columns {missing}")

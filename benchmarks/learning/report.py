@@ -182,6 +182,10 @@ def headline_table(evals: pl.DataFrame, plan: Plan, costs: dict[str, dict[str, f
     return pl.DataFrame(rows)
 
 
+INTERVALS = ("`- grpo`: mean difference, 95 % bootstrap interval resampling seeds and task families (an update moves "
+             "a family's tasks together). McNemar's exact test (wins/losses: discordant (seed, task) pairs) takes "
+             "tasks as independent and so overstates the evidence when they move by family; power: the seed as "
+             "the unit (`benchmarks/learning/statistics.py`).")
 REPRODUCE = ("One run (arm A, seed S) is rebuilt, warm starts included, by the command that made this record "
              "with `--arm A --seeds S+1 --first-seed S --root EMPTY_ROOT`; `coevolve eval --run learning-A-sS "
              "--env-seed N --root EMPTY_ROOT` then scores its final policy on tasks of an environment seed N that "
@@ -209,12 +213,13 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
              f"Phase `{plan.phase}`: held-out splits {', '.join(splits) or 'none yet'} "
              f"(docs/experiments/learning-protocol.md).", "",
              "## Headline", "", markdown_table(head, percent=(*splits, "feedback")) if head.height else "-", "",
+             INTERVALS, "",
              f"config `{plan.config}`, {plan.rounds} rounds, planned runs {describe_runs(planned)}, "
              f"overrides {' '.join(plan.overrides) or '(none)'}", "", _warm_start_line(plan), "",
              *_provenance_lines(from_record, missing, out), REPRODUCE, "",
              "## Held-out success per arm (mean over seeds)", "",
              markdown_table(summary(curve, final), percent=("baseline", "final", "best")), ""]  # fmt: skip
-    parts += ["## coevolve - grpo after the last update (bootstrap 95 % interval over seeds and tasks)", ""]
+    parts += ["## coevolve - grpo after the last update (bootstrap 95 % interval over seeds and task families)", ""]
     for split, got in differences(evals, "coevolve", "grpo", updates=final).items():
         if got is not None or split != "both splits":
             parts.append(f"- {split}: " + ("n/a" if got is None else

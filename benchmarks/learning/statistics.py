@@ -1,6 +1,7 @@
 """Statistics of the learning benchmark: success per arm over seeds; an arm's difference to another with a
-paired bootstrap interval over seeds and tasks and an exact McNemar test on the discordant (seed, task)
-pairs; and the power of a plan, from the spread of per-seed differences measured in pilot runs."""
+paired bootstrap interval over seeds and task families and an exact McNemar test on the discordant (seed,
+task) pairs (which takes tasks as independent: read it next to the interval); and the power of a plan, from
+the spread of per-seed differences measured in pilot runs."""
 
 from __future__ import annotations
 
@@ -32,19 +33,29 @@ def bootstrap_difference(
     evals: pl.DataFrame, a: str, b: str, *, updates: int, iterations: int = 2000, seed: int = 0
 ) -> tuple[float, float, float] | None:
     """Mean held-out success of arm `a` minus arm `b` after `updates` updates, with a 95 % percentile
-    interval from resampling seeds and tasks with replacement. Tasks are shared by both arms; so are
-    seeds when both arms ran the same seeds (a seed fixes the task draws and the sampling RNG of both,
-    so the comparison is paired: common random numbers), else each arm's seeds are drawn on their own."""
+    interval from resampling seeds and task families with replacement (a drawn family brings all its
+    tasks: an update moves a family's tasks together, so they are no independent draws; a task of unknown
+    family is its own cluster). Tasks are shared by both arms; so are seeds when both arms ran the same
+    seeds (a seed fixes the task draws and the sampling RNG of both, so the comparison is paired: common
+    random numbers), else each arm's seeds are drawn on their own."""
     final = evals.filter(pl.col("updates") == updates)
     table: dict[tuple[str, int], dict[str, int]] = {}
+    cluster_of: dict[str, str] = {}
     for row in final.iter_rows(named=True):
-        table.setdefault((row["arm"], row["seed"]), {})[f"{row['split']}/{row['task_id']}"] = row["success"]
+        key = f"{row['split']}/{row['task_id']}"
+        table.setdefault((row["arm"], row["seed"]), {})[key] = row["success"]
+        family = row.get("family")
+        cluster_of[key] = key if family is None else f"{row['split']}/{family}"
     seeds = {arm: sorted(s for (x, s) in table if x == arm) for arm in (a, b)}
     if not seeds[a] or not seeds[b]:
         return None
     tasks = sorted(set.intersection(*(set(v) for v in table.values())))
     if not tasks:
         return None
+    clusters: dict[str, list[str]] = {}
+    for task in tasks:
+        clusters.setdefault(cluster_of[task], []).append(task)
+    units = sorted(clusters)
 
     def mean(arm: str, seed_draw: list[int], task_draw: list[str]) -> float:
         return sum(table[(arm, s)][t] for s in seed_draw for t in task_draw) / (
@@ -55,7 +66,7 @@ def bootstrap_difference(
     rng = random.Random(seed)
     draws = []
     for _ in range(iterations):
-        task_draw = rng.choices(tasks, k=len(tasks))
+        task_draw = [task for unit in rng.choices(units, k=len(units)) for task in clusters[unit]]
         seed_a = rng.choices(seeds[a], k=len(seeds[a]))
         seed_b = seed_a if seeds[a] == seeds[b] else rng.choices(seeds[b], k=len(seeds[b]))
         draws.append(mean(a, seed_a, task_draw) - mean(b, seed_b, task_draw))

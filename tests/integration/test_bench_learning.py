@@ -40,7 +40,7 @@ def test_arms_identical_seed_by_seed_differ_by_exactly_zero():
 def _outcomes(run: str, plan: str, success: int, tasks: int = 3) -> list[dict]:
     arm, seed = run.removeprefix("learning-").rsplit("-s", 1)
     return [{"run": run, "arm": arm, "seed": int(seed), "updates": 1, "split": "test", "task_id": f"t{t}",
-             "success": success, "plan": plan} for t in range(tasks)]  # fmt: skip
+             "family": "bank_balance", "success": success, "plan": plan} for t in range(tasks)]  # fmt: skip
 
 
 def test_recorded_outcomes_fill_runs_missing_from_storage_and_nothing_recorded_is_lost():
@@ -65,6 +65,9 @@ def test_an_unreadable_outcomes_file_is_named(tmp_path):
     (tmp_path / "bad.parquet").write_text("not parquet")
     with pytest.raises(ValueError, match="bad.parquet: not a readable Parquet file"):
         recorded_outcomes(tmp_path / "bad.parquet")
+    old = pl.DataFrame(_outcomes("learning-grpo-s0", "p1", 1)).drop("family")  # written before families were kept
+    old.write_parquet(tmp_path / "old.parquet")
+    assert recorded_outcomes(tmp_path / "old.parquet")["family"].to_list() == [None] * 3
     pl.DataFrame({"run": ["x"]}).write_parquet(tmp_path / "other.parquet")
     with pytest.raises(ValueError, match=r"other.parquet: not an outcomes table, missing columns \['arm'"):
         recorded_outcomes(tmp_path / "other.parquet")

@@ -40,3 +40,17 @@ def test_power_grows_with_seeds_and_reaches_the_target():
     n = seeds_for_power(0.1, 0.05)
     assert power(0.1, 0.05, n) >= 0.8 > power(0.1, 0.05, n - 1)
     assert n == 32  # (1.96 + 0.84)^2 x (0.1 / 0.05)^2 = 31.4
+
+
+def test_the_bootstrap_resamples_families_not_tasks():
+    """Arm a gains a whole family of 10 tasks over b (10 of 40 tasks): with tasks as the unit the interval
+    excludes 0; with the family as the unit (4 families, one of them moved) it cannot."""
+    from coevolve.benchmarks.learning.statistics import bootstrap_difference
+
+    rows = [{"arm": arm, "seed": seed, "updates": 3, "split": "test", "task_id": f"{family}-{t}", "family": family,
+             "success": int(arm == "a" and family == "f0")}
+            for arm in ("a", "b") for seed in (0, 1) for family in ("f0", "f1", "f2", "f3") for t in range(10)]  # fmt: skip
+    clustered = bootstrap_difference(pl.DataFrame(rows), "a", "b", updates=3)
+    by_task = bootstrap_difference(pl.DataFrame([{**r, "family": None} for r in rows]), "a", "b", updates=3)
+    assert clustered[0] == by_task[0] == pytest.approx(0.25)
+    assert by_task[1] > 0 and clustered[1] == 0.0  # a draw without f0 leaves no difference
