@@ -1,4 +1,5 @@
-"""Score a policy on held-out tasks: one episode per task, rows for `evals`, `trajectories` and `steps`.
+"""Score a policy on held-out tasks: `samples` episodes per task (one by default), rows for `evals`,
+`trajectories` and `steps`.
 
 Used by the `baseline` (the initial policy, round 0) and `evaluate` (the policy after a round's update)
 stages. All splits go to the engine as one batch of episodes, which it fills better than one per split.
@@ -24,17 +25,20 @@ def evaluate_splits(
     *,
     run: str,
     round_: int,
+    samples: int = 1,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, list[dict]], dict[str, Any]]:
-    """(artifacts `evals`, `trajectories` with source `eval:<split>`, `steps`; outputs `<split>_success` and
-    `<split>_reward`) of one episode per task of every split."""
-    jobs = [(task, 0) for split_tasks in tasks.values() for task in split_tasks]
+    """(artifacts `evals`, one row per episode, `trajectories` with source `eval:<split>` and the episode's
+    `sample`, `steps`; outputs `<split>_success` and `<split>_reward`, means over episodes, which are means
+    over tasks as every task has `samples` of them) of every task of every split."""
+    jobs = [(task, sample) for split_tasks in tasks.values() for task in split_tasks for sample in range(samples)]
     episodes = run_episodes(policy.engine, policy.chat, make_env, jobs, sampling, limits, progress=progress)
     artifacts: dict[str, list[dict]] = {"evals": [], "trajectories": [], "steps": []}
     outputs: dict[str, Any] = {}
     start = 0
     for split, split_tasks in tasks.items():
-        done, start = episodes[start:start + len(split_tasks)], start + len(split_tasks)
+        count = len(split_tasks) * samples
+        done, start = episodes[start:start + count], start + count
         rows = trajectory_rows(done, run=run, round_=round_, source=f"eval:{split}", policy=policy.version)
         artifacts["trajectories"] += rows
         artifacts["steps"] += step_rows(done, rows)

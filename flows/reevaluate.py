@@ -80,15 +80,18 @@ def reevaluate(ctx: RunContext, *, round_: int | None, options: dict[str, Any], 
     started = time.perf_counter()
     policy = ctx.use_policy(round_)
     sampling, limits = eval_settings(ctx.config, round_)
+    samples = ctx.config.eval.samples
     artifacts, outputs = evaluate_splits(policy, lambda: envs.make(ctx.config.env.name, **options), tasks,
-                                         sampling, limits, run=ctx.run, round_=round_)  # fmt: skip
-    folder = root / "evaluations" / ctx.run / f"round={round_}-{content_hash(options, length=12)}"
+                                         sampling, limits, run=ctx.run, round_=round_, samples=samples)  # fmt: skip
+    measured = {"options": options, "greedy": sampling.greedy, "temperature": sampling.temperature, "samples": samples}
+    folder = root / "evaluations" / ctx.run / f"round={round_}-{content_hash(measured, length=12)}"
     for name, rows in artifacts.items():
         rows = [{**row, "run": ctx.run, "round": round_} for row in rows]
         write_table(to_table(rows, schema_for(name)), folder / f"{name}.parquet")
     summary = {"run": ctx.run, "round": round_, "policy_version": policy.version, "env": ctx.config.env.name,
                "options": options, "tasks": {split: len(t) for split, t in tasks.items()},
                "left_out_as_the_runs_own": left_out, "greedy": sampling.greedy,
+               "samples": samples,
                "success": {split: outputs[f"{split}_success"] for split in tasks},
                "reward": {split: outputs[f"{split}_reward"] for split in tasks},
                "seconds": round(time.perf_counter() - started, 1), "folder": str(folder)}  # fmt: skip

@@ -1,8 +1,9 @@
 """evaluate: score the policy after round r's update on held-out splits the dataset never contains.
 
-Runs every `eval.every` rounds. One episode per task, greedy by default, on `eval.splits` (at most
-`eval.max_tasks` per split: a fixed seeded sample, the same every round). Writes `evals` (per task reward
-and success) plus `trajectories`/`steps` with source `eval:<split>`.
+Runs every `eval.every` rounds. One episode per task, greedy by default (`eval.samples` sampled ones with
+`eval.greedy: false`), on `eval.splits` (at most `eval.max_tasks` per split: a fixed seeded sample, the same
+every round). Writes `evals` (per episode reward and success) plus `trajectories`/`steps` with source
+`eval:<split>`.
 
     coevolve stage evaluate --run demo --round 1
 """
@@ -47,9 +48,10 @@ def evaluate_policy(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult
     cfg = ctx.config.eval
     sampling, limits = eval_settings(ctx.config, round_)
     tasks = {split: eval_sample(split_tasks, split, cfg.max_tasks) for split, split_tasks in inputs["tasks"].items()}
-    with ctx.progress(f"round {round_} eval {', '.join(tasks)}", sum(map(len, tasks.values()))) as advance:
+    episodes = sum(map(len, tasks.values())) * cfg.samples
+    with ctx.progress(f"round {round_} eval {', '.join(tasks)}", episodes) as advance:
         artifacts, outputs = evaluate_splits(inputs["policy"], ctx.make_env, tasks, sampling, limits, run=ctx.run,
-                                             round_=round_, progress=advance)
+                                             round_=round_, samples=cfg.samples, progress=advance)
     return StageResult(artifacts, outputs)
 
 

@@ -15,13 +15,14 @@ from coevolve.benchmarks.learning.tables import scalar_table
 
 
 def per_task_evals(root: Path, names: Sequence[str]) -> pl.DataFrame:
-    """One row per (run, updates, split, task): `updates` = 0 for the baseline, r + 1 after round r."""
+    """One row per (run, updates, split, task): `updates` = 0 for the baseline, r + 1 after round r;
+    `success` the task's mean over its episodes (`eval.samples`; 0 or 1 with one episode)."""
     frame = scalar_table(root, names, """
         SELECT run, CASE WHEN stage = 'baseline' THEN 0 ELSE round + 1 END AS updates, split, task_id,
-               family, success::INT AS success
-        FROM evals WHERE run IN (RUNS)""",
+               any_value(family) AS family, avg(success::INT) AS success
+        FROM evals WHERE run IN (RUNS) GROUP BY ALL""",
         {"run": pl.String, "updates": pl.Int64, "split": pl.String, "task_id": pl.String, "family": pl.String,
-         "success": pl.Int32})  # fmt: skip
+         "success": pl.Float64})  # fmt: skip
     return frame.with_columns(
         arm=pl.col("run").str.extract(r"^learning-(.+)-s\d+$", 1),
         seed=pl.col("run").str.extract(r"-s(\d+)$", 1).cast(pl.Int64),
@@ -30,9 +31,10 @@ def per_task_evals(root: Path, names: Sequence[str]) -> pl.DataFrame:
 
 OUTCOMES = "outcomes.parquet"
 OUTCOME_SCHEMA = {"run": pl.String, "arm": pl.String, "seed": pl.Int64, "updates": pl.Int64, "split": pl.String,
-                  "task_id": pl.String, "family": pl.String, "success": pl.Int64, "plan": pl.String}  # fmt: skip
-"""`<out>/outcomes.parquet`: one row per (run, updates, split, task), `plan` the `plan_fingerprint` of the
-invocation that measured it. Committed with the report, it lets a later invocation on a fresh machine add
+                  "task_id": pl.String, "family": pl.String, "success": pl.Float64, "plan": pl.String}  # fmt: skip
+"""`<out>/outcomes.parquet`: one row per (run, updates, split, task), `success` the task's mean over its
+episodes, `plan` the `plan_fingerprint` of the invocation that measured it (records of one episode per task
+wrote `success` as an integer; it reads as the same number). Committed with the report, it lets a later invocation on a fresh machine add
 seeds (`first_seed`) and still report, and bootstrap, over every seed. `family` (the task's, the unit the
 bootstrap resamples) is null in records written before it was kept."""
 

@@ -1,6 +1,7 @@
 """Statistics of the learning benchmark: success per arm over seeds; an arm's difference to another with a
-paired bootstrap interval over seeds and task families and an exact McNemar test on the discordant (seed,
-task) pairs (which takes tasks as independent: read it next to the interval); and the power of a plan, from
+paired bootstrap interval over seeds and task families and an exact sign test on the (seed, task) pairs
+whose outcomes differ (McNemar's test when a task is one episode; it takes tasks as independent: read it
+next to the interval); and the power of a plan, from
 the spread of per-seed differences measured in pilot runs."""
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def bootstrap_difference(
     seeds (a seed fixes the task draws and the sampling RNG of both, so the comparison is paired: common
     random numbers), else each arm's seeds are drawn on their own."""
     final = evals.filter(pl.col("updates") == updates)
-    table: dict[tuple[str, int], dict[str, int]] = {}
+    table: dict[tuple[str, int], dict[str, float]] = {}
     cluster_of: dict[str, str] = {}
     for row in final.iter_rows(named=True):
         key = f"{row['split']}/{row['task_id']}"
@@ -82,10 +83,10 @@ def differences(evals: pl.DataFrame, a: str, b: str, *, updates: int) -> dict[st
     return got
 
 
-def paired_outcomes(evals: pl.DataFrame, a: str, b: str, *, updates: int) -> list[tuple[int, int]]:
+def paired_outcomes(evals: pl.DataFrame, a: str, b: str, *, updates: int) -> list[tuple[float, float]]:
     """(success of `a`, success of `b`) per (seed, split, task) that both arms evaluated after `updates`."""
     final = evals.filter(pl.col("updates") == updates)
-    table = {(r["arm"], r["seed"], r["split"], r["task_id"]): int(r["success"]) for r in final.iter_rows(named=True)}
+    table = {(r["arm"], r["seed"], r["split"], r["task_id"]): float(r["success"]) for r in final.iter_rows(named=True)}
     keys = sorted({k[1:] for k in table if k[0] == a} & {k[1:] for k in table if k[0] == b})
     return [(table[(a, *k)], table[(b, *k)]) for k in keys]
 
@@ -102,7 +103,9 @@ def mcnemar_exact(wins: int, losses: int) -> float:
 
 
 def paired_test(evals: pl.DataFrame, a: str, b: str, *, updates: int) -> dict[str, float | int] | None:
-    """Pairs, discordant pairs (`a` alone solved / `b` alone solved) and the exact McNemar p-value of a - b."""
+    """Pairs, discordant pairs (`a` scored higher / `b` scored higher) and the exact two-sided sign test of
+    a - b on them: McNemar's test when each task is one episode (`a` alone solved / `b` alone solved), the
+    sign test on the tasks' success rates when each is several (`eval.samples`)."""
     pairs = paired_outcomes(evals, a, b, updates=updates)
     if not pairs:
         return None

@@ -111,6 +111,16 @@ class EvalConfig(Section):
     """Score at most this many tasks per split (a fixed seeded sample); None = all."""
     greedy: bool = True
     """Greedy decoding for evaluation (else the rollout temperature)."""
+    samples: int = Field(1, ge=1)
+    """Episodes per task; a task's success is their mean, an estimate of the policy's success probability
+    that moves by degrees where one greedy episode flips. More than one needs `greedy: false`."""
+
+    @model_validator(mode="after")
+    def _samples_need_sampling(self) -> EvalConfig:
+        if self.samples > 1 and self.greedy:
+            raise ValueError(f"eval.samples: {self.samples} greedy episodes of a task are one episode repeated; "
+                             f"set eval.greedy: false")
+        return self
 
 
 class InProcessTeacherSampling(Section):
