@@ -5,7 +5,8 @@ to the engine together (the engine sub-batches them); each reply's exact sampled
 loss mask 1 and the sampler's log-probs, then the environment's answer (tool results, next user turn) is
 appended as template tokens with mask 0. Nothing is ever re-tokenised for training.
 
-Used by rollout (K samples per task), evaluate (greedy, one per task) and, later, exploration.
+Used by rollout (K samples per task), evaluate (`eval.samples` per task, at most `eval.max_live_episodes`
+in flight), exploration and verification.
 """
 
 from __future__ import annotations
@@ -73,16 +74,31 @@ def run_episodes(
     limits: EpisodeLimits,
     *,
     seed: int = 0,
+    max_live: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> list[Episode]:
-    """Run one episode per `(task, sample)` job to the end; returns them in job order."""
-    episodes = [_start(task, sample, make_env, chat, seed) for task, sample in jobs]
-    for ep in episodes:
-        if ep.finish:  # could not even start: recorded with its error
-            _close(ep)
-            if progress:
-                progress(1)
-    live = [ep for ep in episodes if not ep.finish]
+    """Run one episode per `(task, sample)` job to the end; returns them in job order. At most `max_live`
+    episodes are in flight at once (None: all): each holds an environment and, in the in-process engine,
+    its KV cache between replies, so this bounds memory; a waiting job starts as soon as one ends."""
+    if max_live is not None and max_live < 1:
+        raise ValueError(f"max_live must be >= 1, got {max_live}")
+    episodes: list[Episode] = []
+    waiting = iter(jobs)
+    live: list[Episode] = []
+
+    def admit() -> None:
+        while max_live is None or len(live) < max_live:
+            job = next(waiting, None)
+            if job is None:
+                return
+            ep = _start(job[0], job[1], make_env, chat, seed)
+            episodes.append(ep)
+            if ep.finish:  # could not even start: recorded with its error
+                _end(ep, progress)
+            else:
+                live.append(ep)
+
+    admit()
     while live:
         completions = engine.generate([ep.input_ids for ep in live], sampling,
                                       sessions=[ep.session for ep in live])
@@ -90,12 +106,17 @@ def run_episodes(
         for ep, completion, result in zip(live, completions, results, strict=True):
             _advance(ep, completion, result, chat, sampling, limits)
             if ep.finish:
-                _close(ep)
-                if progress:
-                    progress(1)
+                _end(ep, progress)
         engine.end_sessions([ep.session for ep in live if ep.finish])
-        live = [ep for ep in live if not ep.finish]
+        live[:] = [ep for ep in live if not ep.finish]
+        admit()
     return episodes
+
+
+def _end(ep: Episode, progress: Callable[[int], None] | None) -> None:
+    _close(ep)
+    if progress:
+        progress(1)
 
 
 def _start(task: Task, sample: int, make_env: Callable[[], Environment], chat: ChatFormat, seed: int) -> Episode:

@@ -26,13 +26,15 @@ def evaluate_splits(
     run: str,
     round_: int,
     samples: int = 1,
+    max_live: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> tuple[dict[str, list[dict]], dict[str, Any]]:
     """(artifacts `evals`, one row per episode, `trajectories` with source `eval:<split>` and the episode's
     `sample`, `steps`; outputs `<split>_success` and `<split>_reward`, means over episodes, which are means
     over tasks as every task has `samples` of them) of every task of every split."""
     jobs = [(task, sample) for split_tasks in tasks.values() for task in split_tasks for sample in range(samples)]
-    episodes = run_episodes(policy.engine, policy.chat, make_env, jobs, sampling, limits, progress=progress)
+    episodes = run_episodes(policy.engine, policy.chat, make_env, jobs, sampling, limits, max_live=max_live,
+                            progress=progress)
     artifacts: dict[str, list[dict]] = {"evals": [], "trajectories": [], "steps": []}
     outputs: dict[str, Any] = {}
     start = 0

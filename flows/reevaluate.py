@@ -82,7 +82,8 @@ def reevaluate(ctx: RunContext, *, round_: int | None, options: dict[str, Any], 
     sampling, limits = eval_settings(ctx.config, round_)
     samples = ctx.config.eval.samples
     artifacts, outputs = evaluate_splits(policy, lambda: envs.make(ctx.config.env.name, **options), tasks,
-                                         sampling, limits, run=ctx.run, round_=round_, samples=samples)  # fmt: skip
+                                         sampling, limits, run=ctx.run, round_=round_, samples=samples,
+                                         max_live=ctx.config.eval.max_live_episodes)  # fmt: skip
     measured = {"options": options, "greedy": sampling.greedy, "temperature": sampling.temperature, "samples": samples}
     folder = root / "evaluations" / ctx.run / f"round={round_}-{content_hash(measured, length=12)}"
     for name, rows in artifacts.items():

@@ -51,7 +51,8 @@ def evaluate_policy(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult
     episodes = sum(map(len, tasks.values())) * cfg.samples
     with ctx.progress(f"round {round_} eval {', '.join(tasks)}", episodes) as advance:
         artifacts, outputs = evaluate_splits(inputs["policy"], ctx.make_env, tasks, sampling, limits, run=ctx.run,
-                                             round_=round_, samples=cfg.samples, progress=advance)
+                                             round_=round_, samples=cfg.samples,
+                                             max_live=cfg.max_live_episodes, progress=advance)
     return StageResult(artifacts, outputs)
 
 

@@ -114,6 +114,10 @@ class EvalConfig(Section):
     samples: int = Field(1, ge=1)
     """Episodes per task; a task's success is their mean, an estimate of the policy's success probability
     that moves by degrees where one greedy episode flips. More than one needs `greedy: false`."""
+    max_live_episodes: int = Field(256, ge=1)
+    """Most evaluation episodes in flight at once (tasks x samples of every split can be many): each holds
+    an environment and, in the in-process engine, its KV cache between replies; the rest start as others
+    end. Bounds memory; only which episodes share a forward batch changes."""
 
     @model_validator(mode="after")
     def _samples_need_sampling(self) -> EvalConfig:

@@ -212,8 +212,9 @@ def evaluate(
                              max_tasks=max_tasks, root=layout.root)  # fmt: skip
     except (*user_errors(), ValueError) as exc:
         fail(str(exc))
+    each = f", {summary['samples']} sampled episodes each" if summary["samples"] > 1 else ""
     for split, success in summary["success"].items():
-        typer.echo(f"{split}: success {success:.1%} of {summary['tasks'][split]} tasks "
+        typer.echo(f"{split}: success {success:.1%} of {summary['tasks'][split]} tasks{each} "
                    f"(policy after round {summary['round']}, env seed {env_seed})")  # fmt: skip
     typer.echo(f"rows in {summary['folder']}/")
 

@@ -49,3 +49,37 @@ def test_one_episode_per_task_keeps_outcomes_of_zero_or_one(tmp_path):
 def test_several_greedy_episodes_are_refused_naming_the_field():
     with pytest.raises(ConfigError, match=r"eval\.samples: 3 greedy episodes .* eval\.greedy: false"):
         load_config(CONFIGS / "test-tiny.yaml", ["eval.samples=3"])
+
+
+class CountingEngine(OracleEngine):
+    """The oracle, recording how many episodes each generation step carried (a fake: counts only)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.in_flight: list[int] = []
+
+    def generate(self, prompts, sampling, *, progress=None, sessions=None):
+        self.in_flight.append(len(prompts))
+        return super().generate(prompts, sampling, progress=progress, sessions=sessions)
+
+
+def test_a_cap_on_live_episodes_bounds_each_step_and_changes_no_episode(tmp_path, tokenizer):
+    from coevolve import envs
+    from coevolve.agents.episodes import EpisodeLimits, run_episodes
+    from coevolve.llm.chat import ChatFormat
+    from coevolve.llm.engine import SamplingParams
+
+    tasks = envs.make("toolworld", seed=0).tasks("train")[:5]
+    jobs = [(task, sample) for task in tasks for sample in range(2)]
+
+    def run(max_live):
+        engine = CountingEngine(tokenizer, tasks, solve="alternate")
+        episodes = run_episodes(engine, ChatFormat(tokenizer), lambda: envs.make("toolworld", seed=0), jobs,
+                                SamplingParams(greedy=True), EpisodeLimits(), max_live=max_live)
+        return engine.in_flight, [(ep.task.id, ep.sample, ep.input_ids, ep.evaluation.success) for ep in episodes]
+
+    unbounded_steps, unbounded = run(None)
+    capped_steps, capped = run(3)
+    assert max(unbounded_steps) == 10 and max(capped_steps) == 3
+    assert capped == unbounded  # in job order, token for token
+    assert {success for *_, success in capped} == {True, False}
