@@ -33,10 +33,10 @@ OUTCOMES = "outcomes.parquet"
 OUTCOME_SCHEMA = {"run": pl.String, "arm": pl.String, "seed": pl.Int64, "updates": pl.Int64, "split": pl.String,
                   "task_id": pl.String, "family": pl.String, "success": pl.Float64, "plan": pl.String}  # fmt: skip
 """`<out>/outcomes.parquet`: one row per (run, updates, split, task), `success` the task's mean over its
-episodes, `plan` the `plan_fingerprint` of the invocation that measured it (records of one episode per task
-wrote `success` as an integer; it reads as the same number). Committed with the report, it lets a later invocation on a fresh machine add
-seeds (`first_seed`) and still report, and bootstrap, over every seed. `family` (the task's, the unit the
-bootstrap resamples) is null in records written before it was kept."""
+episodes, `plan` the `plan_fingerprint` of the invocation that measured it. Committed with the report, it
+lets a later invocation on a fresh machine add seeds (`first_seed`) and still report, and bootstrap, over
+every seed. Records written before these columns changed read as they were meant: `success` of one episode
+per task as an integer, `family` (the task's, the unit the bootstrap resamples) as null."""
 
 
 def plan_fingerprint(plan: Plan, root: Path) -> str:

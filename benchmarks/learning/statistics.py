@@ -1,8 +1,8 @@
 """Statistics of the learning benchmark: success per arm over seeds; an arm's difference to another with a
 paired bootstrap interval over seeds and task families and an exact sign test on the (seed, task) pairs
 whose outcomes differ (McNemar's test when a task is one episode; it takes tasks as independent: read it
-next to the interval); and the power of a plan, from
-the spread of per-seed differences measured in pilot runs."""
+next to the interval); and the power of a plan, from the spread of per-seed differences measured in pilot
+runs."""
 
 from __future__ import annotations
 

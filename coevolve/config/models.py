@@ -117,7 +117,8 @@ class EvalConfig(Section):
     max_live_episodes: int = Field(256, ge=1)
     """Most evaluation episodes in flight at once (tasks x samples of every split can be many): each holds
     an environment and, in the in-process engine, its KV cache between replies; the rest start as others
-    end. Bounds memory; only which episodes share a forward batch changes."""
+    end. Bounds memory; what else changes is which episodes share a forward batch (and so, when sampling,
+    the random draws)."""
 
     @model_validator(mode="after")
     def _samples_need_sampling(self) -> EvalConfig:
