@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 
 import pyarrow.parquet as pq
 import pytest
@@ -72,3 +73,22 @@ def test_a_warm_starts_tasks_count_as_the_runs_own(tmp_path):
     (tmp_path / "warm_start.json").write_text(json.dumps({"base_model": "smollm2-135m", "task_ids": ["a1", "b2"]}))
     assert warm_start_tasks(str(tmp_path)) == {"a1", "b2"}
     assert warm_start_tasks("tiny-random-llama") == set()  # a model name, not a warm start
+
+
+def test_sampled_episodes_per_task_score_each_task_by_their_mean(evolved_run, tmp_path):
+    root = tmp_path / "runs"
+    shutil.copytree(evolved_run.root, root)
+    config_path = root / "run=evo" / "config.yaml"
+    cfg = load_config(config_path, ["eval.greedy=false", "eval.samples=3"])
+    config_path.write_text(cfg.to_yaml())
+
+    result = CliRunner().invoke(app, ["eval", "--run", "evo", "--env-seed", "9001", "--split", "validation",
+                                      "--max-tasks", "4", "--root", str(root)])
+    assert result.exit_code == 0, result.output
+    [folder] = (root / "evaluations" / "evo").iterdir()
+    summary = json.loads((folder / "evaluation.json").read_text())
+    evals = pq.read_table(folder / "evals.parquet").to_pylist()
+    assert summary["samples"] == 3 and not summary["greedy"] and summary["tasks"] == {"validation": 4}
+    assert len(evals) == 12 and all(n == 3 for n in Counter(row["task_id"] for row in evals).values())
+    assert summary["success"]["validation"] == sum(row["success"] for row in evals) / 12
+    assert "of 4 tasks, 3 sampled episodes each" in result.output
