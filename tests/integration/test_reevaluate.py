@@ -28,13 +28,18 @@ def run_root(evolved_run, tmp_path_factory):
     return root
 
 
-def test_eval_scores_the_last_policy_on_tasks_the_run_never_met(run_root):
-    result = CliRunner().invoke(app, ["eval", "--run", "evo", "--env-seed", "9001", "--split", "validation",
-                                      "--split", "heldout-templates", "--root", str(run_root)])
+def evaluate_in(root, *args: str):
+    """`coevolve eval --run evo --env-seed 9001 ARGS` under `root`: the result, the folder it wrote, its
+    summary and its `evals` rows."""
+    result = CliRunner().invoke(app, ["eval", "--run", "evo", "--env-seed", "9001", *args, "--root", str(root)])
     assert result.exit_code == 0, result.output
-    [folder] = (run_root / "evaluations" / "evo").iterdir()
+    [folder] = (root / "evaluations" / "evo").iterdir()
     summary = json.loads((folder / "evaluation.json").read_text())
-    evals = pq.read_table(folder / "evals.parquet").to_pylist()
+    return result, folder, summary, pq.read_table(folder / "evals.parquet").to_pylist()
+
+
+def test_eval_scores_the_last_policy_on_tasks_the_run_never_met(run_root):
+    result, folder, summary, evals = evaluate_in(run_root, "--split", "validation", "--split", "heldout-templates")
     update = RunStore(RunLayout(run_root, "evo")).completed(1, "grpo_update")
 
     assert summary["round"] == 1 and summary["policy_version"] == update.outputs["policy_version"]
@@ -82,12 +87,7 @@ def test_sampled_episodes_per_task_score_each_task_by_their_mean(evolved_run, tm
     cfg = load_config(config_path, ["eval.greedy=false", "eval.samples=3"])
     config_path.write_text(cfg.to_yaml())
 
-    result = CliRunner().invoke(app, ["eval", "--run", "evo", "--env-seed", "9001", "--split", "validation",
-                                      "--max-tasks", "4", "--root", str(root)])
-    assert result.exit_code == 0, result.output
-    [folder] = (root / "evaluations" / "evo").iterdir()
-    summary = json.loads((folder / "evaluation.json").read_text())
-    evals = pq.read_table(folder / "evals.parquet").to_pylist()
+    result, _, summary, evals = evaluate_in(root, "--split", "validation", "--max-tasks", "4")
     assert summary["samples"] == 3 and not summary["greedy"] and summary["tasks"] == {"validation": 4}
     assert len(evals) == 12 and all(n == 3 for n in Counter(row["task_id"] for row in evals).values())
     assert summary["success"]["validation"] == sum(row["success"] for row in evals) / 12
