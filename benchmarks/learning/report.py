@@ -183,9 +183,9 @@ def headline_table(evals: pl.DataFrame, plan: Plan, costs: dict[str, dict[str, f
 
 
 INTERVALS = ("`- grpo`: mean difference, 95 % bootstrap interval resampling seeds and task families (an update moves "
-             "a family's tasks together). McNemar p: the exact sign test on the (seed, task) pairs whose outcomes "
-             "differ (wins/losses; McNemar's test with one episode per task, success rates with `eval.samples`), which takes "
-             "tasks as independent and so overstates the evidence when they move by family; power: the seed as "
+             "a family's tasks together). McNemar p: the exact sign test on the (seed, task) pairs whose "
+             "outcomes differ (wins/losses; McNemar's test with one episode per task, success rates with "
+             "`eval.samples`), which takes tasks as independent and so overstates the evidence when they move by family; power: the seed as "
              "the unit (`benchmarks/learning/statistics.py`).")
 REPRODUCE = ("One run (arm A, seed S) is rebuilt, warm starts included, by the command that made this record "
              "with `--arm A --seeds S+1 --first-seed S --root EMPTY_ROOT`; `coevolve eval --run learning-A-sS "
