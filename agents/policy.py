@@ -186,5 +186,5 @@ def update_hyperparams(config: CoevolveConfig) -> Any:
         lr=t.lr, clip_low=t.clip_low, clip_high=t.clip_high, beta=t.beta, micro_batch_size=t.micro_batch_size,
         epochs=t.epochs, mini_batches=t.mini_batches, max_grad_norm=t.max_grad_norm,
         temperature=config.rollout.temperature, weight_decay=t.weight_decay,
-        shared_prefix=t.shared_prefix,
+        shared_prefix=t.shared_prefix, loss_normalization=t.loss_normalization,
     )

@@ -47,7 +47,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "duckdb-scale": Benchmark("duckdb_scale", "the documented SQL queries over a 10M-row steps view"),
     "demo": Benchmark("demo_run", "what `make demo` costs and what its data evolution admits and trains on"),
     "cached-rerun": Benchmark("cached_rerun", "a finished run re-run from a fresh process: `coevolve run` against the flow"),
-    "faults": Benchmark("faults", "kill -9, a second writer, corrupt files, a full disk: faults injected into runs and survived"),
+    "faults": Benchmark("faults", "kill -9, a second writer, corrupt files and weights, a full disk, divergence: faults injected into runs and survived"),
     "ui-pages": Benchmark("ui_pages", "every page of the web view (`coevolve ui`) over a 10M-row steps view"),
     "trl-baseline": Benchmark("trl_baseline", "one optimizer step of TRL's GRPOTrainer on fixed samples (part of update-throughput)"),
     "teacher-warm-start": Benchmark("teacher_warm_start", "tool: build the evolving arms' teacher checkpoint and print its path"),

@@ -50,7 +50,7 @@ def round_figures(run_dir: Path) -> dict[int, dict[str, float]]:
 
 
 def run_demo(config: str, root: Path, run: str, rounds: int, overrides: list[str]) -> dict[int, dict[str, float]]:
-    command = [sys.executable, "-m", "coevolve.flows.cli", "run", config, "--run", run, "--rounds", str(rounds),
+    command = [sys.executable, "-m", "coevolve.cli", "run", config, "--run", run, "--rounds", str(rounds),
                "--root", str(root), *[arg for o in overrides for arg in ("--set", o)]]  # fmt: skip
     env = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     started = time.perf_counter()

@@ -81,18 +81,36 @@ def build_groups(triples: list[dict], tasks_of_explorations: dict[str, Task]) ->
 
 def single_call_groups(groups: list[Group]) -> list[Group]:
     """A one-call group for every call of each group with several (`evolve.abstract_single_calls`): the same
-    exploration and initial state, a group id derived from the group's and the call's position. A small
-    teacher given several calls picks solution indices that do not match its query ("Transfer 24.5 from
-    TRV-8 to EMG-4." over `list_accounts`); given one, the solution is written for it (`abstract_prefix`).
+    exploration and initial state, an id naming the group and the call's position (`single_call_group_id`).
+    A small teacher given several calls picks solution indices that do not match its query ("Transfer 24.5
+    from TRV-8 to EMG-4." over `list_accounts`); given one, the solution is written for it (`abstract_prefix`).
     A call that is the explored task's whole reference solution is left out: it can only give that task
     back (a duplicate)."""
     return [
-        Group(content_hash([g.group_id, i, "single call"]), g.exploration_id, g.task, [call])
+        Group(single_call_group_id(g.group_id, i), g.exploration_id, g.task, [call])
         for g in groups
         if len(g.calls) > 1
         for i, call in enumerate(g.calls)
         if not _is_reference_solution(call, g.task)
     ]
+
+
+_SINGLE_CALL = re.compile(r"^(?P<parent>.+):call(?P<index>\d+)$")
+
+
+def single_call_group_id(parent_group_id: str, call_index: int) -> str:
+    """The id of the one-call group of call `call_index` (among the parent group's distinct successful calls,
+    `Group.calls`) of `parent_group_id`. The parent is spelled out, not hashed in: only the parent's id is on
+    the `triples`, and the candidates table has no column for it, so a task's lineage finds the calls it
+    came from through this id (`single_call_origin`)."""
+    return f"{parent_group_id}:call{call_index}"
+
+
+def single_call_origin(group_id: str) -> dict[str, str]:
+    """{parent_group_id, call_index} of a one-call group's id (`single_call_group_id`), as text like every
+    value of a task's lineage; {} for a group of the triples themselves, whose id is a content hash."""
+    match = _SINGLE_CALL.match(group_id)
+    return {} if match is None else {"parent_group_id": match["parent"], "call_index": match["index"]}
 
 
 def _is_reference_solution(call: dict, task: Task) -> bool:

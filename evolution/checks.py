@@ -20,7 +20,9 @@ the replay's digests and results, the answers dropped or read): it either fills 
 12. `answers_of_the_named_object`: an answer read off another object than the query names (`misread`).
 13. `solvable`: every argument appears in the query or an earlier result (`unsolvable`).
 14. `grounded`: the query's literals are used or read by the solution (`ungrounded`).
-15. `reference_satisfies_checker`: the reference solution passes the derived checker (`checker`).
+15. `reference_satisfies_checker`: the reference solution, played as an agent would, passes the derived
+    checker (`checker`). Under `verify.judge: execution` this is the verdict's execution: a reference that
+    fails its checker but does more of the task than an idle answer is kept, to be retained.
 
 What the English query asks for is read by `evolution.queries`; replaying and reading results is in
 `evolution.candidates`.
@@ -86,6 +88,10 @@ class Draft:
     after: str | None = None
     results: list[str] = field(default_factory=list)
     """One result text per solution call."""
+    executed: bool = True
+    """The reference solution, played as an agent would, satisfied the checker (`reference_satisfies_checker`)."""
+    executed_credit: float = 1.0
+    """What of the task the reference's play achieved (`Evaluation.outcome_credit`)."""
 
     @property
     def task(self) -> Task:
@@ -121,6 +127,11 @@ class Checked:
     idle_credit: float = 0.0
     """What an idle answer achieves of the task (`Evaluation.outcome_credit`): a failed attempt is
     retained only above it."""
+    executed: bool = True
+    """The reference solution satisfied the checker when executed (False: it did only part of the task,
+    above an idle answer; possible under `verify.judge: execution` only)."""
+    executed_credit: float = 1.0
+    """What of the task the executed reference solution achieved."""
 
 
 def _derive(ctx: CheckContext, row: dict) -> Task:
@@ -252,11 +263,18 @@ def grounded(ctx: CheckContext, d: Draft) -> None:
 
 
 def reference_satisfies_checker(ctx: CheckContext, d: Draft) -> None:
-    """The reference solution, played as an agent would, passes the derived checker (else Rejected)."""
+    """The reference solution, played as an agent would, passes the derived checker (else Rejected). Under
+    `verify.judge: execution` a reference that fails the checker having done more of the task than an idle
+    answer is kept (`executed` False): the paper's "failure with positive reward", retained."""
     with closing(ctx.make_env()) as env:
         evaluation = replay_reference(env, d.task)
-    if not evaluation.success:
-        raise Rejected("checker: the reference solution does not satisfy the derived checker")
+    d.executed, d.executed_credit = evaluation.success, evaluation.outcome_credit
+    if evaluation.success:
+        return
+    idle = idle_evaluation(ctx.make_env, d.task).outcome_credit
+    if ctx.settings.judge != "execution" or evaluation.outcome_credit <= idle:
+        raise Rejected(f"checker: the reference solution does not satisfy the derived checker (progress "
+                       f"{evaluation.outcome_credit:.2f}, an idle answer's {idle:.2f})")  # fmt: skip
 
 
 CHECKS: tuple[Check, ...] = (
@@ -290,4 +308,5 @@ def check_candidate(
     for check in CHECKS:
         check(ctx, draft)
     credit = idle_evaluation(make_env, draft.task).outcome_credit
-    return Checked(row, draft.task, draft.after, draft.read, draft.dropped, credit)
+    return Checked(row, draft.task, draft.after, draft.read, draft.dropped, credit, draft.executed,
+                   draft.executed_credit)

@@ -9,6 +9,10 @@ family whose tasks have several user turns is left out (candidates hold one quer
 
     explorations = oracle_explorations(targets)                  # rows: what each signal points at
     rows = oracle_candidates(env, explorations, per_target=2, stream="run:round")
+
+With `evolve.curriculum: oracle-gap` (the coverage experiment's ceiling, not CoEvolve either) the signals
+only say how many explorations there are; each names one family of the coverage gap instead, in turn
+across the run's evolutions (`gap_explorations`), so that every gap family is drawn once before any twice.
 """
 
 from __future__ import annotations
@@ -28,6 +32,14 @@ def oracle_explorations(targets: list[Target]) -> list[Exploration]:
     return [Exploration(t, context={"curriculum": TEACHER, "families": [t.task.family]}, status="oracle",
                         reason="no teacher: the oracle curriculum draws fresh tasks of the family")
             for t in targets]  # fmt: skip
+
+
+def gap_explorations(targets: list[Target], gap_families: list[str], first_slot: int) -> list[Exploration]:
+    """One exploration per target, without a teacher, naming one gap family each: slots `first_slot`,
+    `first_slot + 1`, ... of the gap families taken in turn."""
+    return [Exploration(t, context={"curriculum": TEACHER, "families": [gap_families[(first_slot + i) % len(gap_families)]]},
+                        status="oracle", reason="no teacher: the oracle curriculum draws fresh tasks of a gap family")
+            for i, t in enumerate(targets)]  # fmt: skip
 
 
 def oracle_candidates(env: Environment, explorations: list[dict], *, per_target: int, stream: str) -> list[dict]:

@@ -27,6 +27,9 @@ class VerifySettings:
     """False: the no-verification ablation (every parsed candidate admitted, no checks, no attempts)."""
     grounding: float = 0.5
     """Least share of the literals a query names that its solution must use or read."""
+    judge: str = "execution"
+    """Who decides the verdict after the checks: `execution` (the reference solution against the checker)
+    or `policy` (the policy's attempts; config `verify.judge`)."""
 
     def sampling(self) -> SamplingParams:
         greedy = self.greedy and self.attempts == 1

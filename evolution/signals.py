@@ -137,6 +137,8 @@ def rare_signals(
     offering a tool that no action of the window called (count 0; `signals.rare_unused`, not the paper's).
     Evidence: {pattern_kind, total (N), first_round, patterns: [{pattern, count, frequency}] sorted by
     count then pattern} - one row per trajectory however many rare patterns it uses.
+    `steps` carry no round (the join with `trajectories` places them), so they must hold the calls of
+    rounds r-W+1..r: a window loaded short is silently a smaller N, not an error.
     """
     first = round_ - window + 1
     in_window = trajectories.filter(pl.col("round") >= first).select("trajectory_id", "round")

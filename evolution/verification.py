@@ -3,10 +3,19 @@
 Each `ok` candidate is checked in the environment (`evolution.checks`); one the checks discard hands over
 to its siblings, the `duplicate` rows of the same solution (`sibling_duplicates`), checked in order until
 one passes: it stands for the solution. The policy then attempts the survivors (`attempts` each, greedy
-when 1): success -> `accept`; a failure that did part of the task -> `retain`; else `discard` (the
-paper's rule). "Part of the task" is the attempt's `Evaluation.outcome_credit` (the reward where it is all
-outcome, as in BFCL and AppWorld; the share of checks passed in the tool world, whose reward also pays
-shaping credit for calls) above an idle answer's (`candidates.idle_evaluation`).
+when 1). The paper's rule (success -> `accept`, failure with positive reward -> `retain`, failure with zero
+reward -> `discard`) is applied to one of two executions (`verify.judge`):
+
+- `execution` (default): the task itself, executed in the environment: its reference solution played
+  against its checker by the last check. Satisfied -> `accept`; did part of the task -> `retain`; a
+  reference that does nothing, or any failed check -> `discard`. The policy's attempts are recorded and
+  weight the task (`merge.unsolved_weighting`) but decide nothing.
+- `policy` (labelled, an ablation): the policy's attempts. Solved -> `accept`; a failure that did part of
+  the task -> `retain`; else `discard`: a task the policy cannot do yet never enters the data.
+
+"Part of the task" is `Evaluation.outcome_credit` (the reward where it is all outcome, as in BFCL and
+AppWorld; the share of checks passed in the tool world, whose reward also pays shaping credit for calls)
+above an idle answer's (`candidates.idle_evaluation`).
 
 Without verification (the paper's ablation) every `ok` candidate is accepted with a lenient checker
 (failing solution calls skipped, unseen answers dropped), with no checks and no attempts.
@@ -23,6 +32,7 @@ from coevolve.agents.episodes import run_episodes
 from coevolve.agents.ledger import step_rows, trajectory_rows
 from coevolve.core import content_hash
 from coevolve.envs.base import Environment, Task
+from coevolve.evolution.abstraction import single_call_origin
 from coevolve.evolution.candidates import Rejected, candidate_task, replay_solution
 from coevolve.evolution.checks import CONTAMINATION, Checked, check_candidate
 from coevolve.evolution.contamination import HeldOut
@@ -66,7 +76,8 @@ def verify_candidates(
     for i, c in enumerate(checked):
         span = slice(i * settings.attempts, (i + 1) * settings.attempts)
         credit = max(ep.evaluation.outcome_credit for ep in episodes[span])
-        rows.append(_judged(c, trajectories[span], credit, policy.version, lineage.get(c.row["exploration_id"], {})))
+        judge = _executed if settings.judge == "execution" else _judged
+        rows.append(judge(c, trajectories[span], credit, policy.version, lineage.get(c.row["exploration_id"], {})))
     return {"verifications": rows, "trajectories": trajectories, "steps": step_rows(episodes, trajectories)}
 
 
@@ -158,8 +169,35 @@ def _final_state(make_env: Callable[[], Environment], task: Task) -> dict:
     return {"after": after, "read_only": before is not None and before == after}
 
 
+def _executed(c: Checked, attempts: list[dict], credit: float, policy: str, lineage: dict) -> dict:
+    """The paper's rule on the task's execution (`verify.judge: execution`): the reference solution satisfied
+    the checker -> accept, else (it did part of the task: the checks let nothing less through) retain; the
+    policy's `attempts` are reported in the reason and recorded, deciding nothing."""
+    reward, success = max(t["reward"] for t in attempts), any(t["success"] for t in attempts)
+    solved, n = sum(t["success"] for t in attempts), len(attempts)
+    if c.executed:
+        outcome, reason = "accept", "executed: the reference solution satisfies the checker"
+    else:
+        outcome = "retain"
+        reason = (f"executed: the reference solution fails the checker having done part of the task "
+                  f"(progress {c.executed_credit:.2f} above an idle answer's {c.idle_credit:.2f})")  # fmt: skip
+    reason += f"; the policy solved {solved}/{n} attempts (best progress {credit:.2f})"
+    reason += _answer_notes(c)
+    return _decided(c, policy, lineage, outcome, reason, reward=reward, success=success, attempts=n)
+
+
+def _answer_notes(c: Checked) -> str:
+    notes = ""
+    if c.read_answers:
+        notes += f"; answers read from the solution's last result: {', '.join(c.read_answers)}"
+    if c.dropped_answers:
+        notes += f"; the query asks for no answer, so the teacher's were dropped: {', '.join(c.dropped_answers)}"
+    return notes
+
+
 def _judged(c: Checked, attempts: list[dict], credit: float, policy: str, lineage: dict) -> dict:
-    """The paper's rule on the policy's `attempts`; `credit`: the most of the task one of them did."""
+    """The paper's rule on the policy's `attempts` (`verify.judge: policy`); `credit`: the most of the task
+    one of them did."""
     reward, success = max(t["reward"] for t in attempts), any(t["success"] for t in attempts)
     n = len(attempts)
     if success:
@@ -177,10 +215,7 @@ def _judged(c: Checked, attempts: list[dict], credit: float, policy: str, lineag
         outcome = "discard"
         reason = (f"the policy failed doing no more of the task than an idle answer: progress {credit:.2f}, "
                   f"idle {c.idle_credit:.2f} (best of {n}; reward {reward:.2f})")  # fmt: skip
-    if c.read_answers:
-        reason += f"; answers read from the solution's last result: {', '.join(c.read_answers)}"
-    if c.dropped_answers:
-        reason += f"; the query asks for no answer, so the teacher's were dropped: {', '.join(c.dropped_answers)}"
+    reason += _answer_notes(c)
     return _decided(c, policy, lineage, outcome, reason, reward=reward, success=success, attempts=n)
 
 
@@ -202,6 +237,7 @@ def _decided(
             **lineage,
             "exploration_id": c.row["exploration_id"],
             "group_id": c.row["group_id"],
+            **single_call_origin(c.row["group_id"]),  # a one-call group's triples carry its parent's id
             "candidate_id": c.row["candidate_id"],
             "verification_id": base["verification_id"],
         }

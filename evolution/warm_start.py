@@ -48,19 +48,33 @@ from coevolve.llm.models import WARM_STARTS, cache_dir
 from coevolve.rl.warm_start import WarmStart, as_batch
 
 SEED_OFFSET = 1_000_003
+GAP_OPTIONS = ("gap_families", "n_gap_validation", "n_gap_test")
+"""Environment options that name the coverage gap's evaluation splits: a start never trains on those
+families (`envs.toolworld.tasks.gap_family_errors`), so they leave the starts' keys alone, and an experiment
+fixes its gap on validation without building its starts again."""
+
+
+def start_options(config: CoevolveConfig) -> dict:
+    """The environment options a start depends on."""
+    return {k: v for k, v in config.env.options.items() if k not in GAP_OPTIONS}
 
 
 def warm_start_key(config: CoevolveConfig, settings: WarmStart) -> str:
     return content_hash({"model": config.model.name, "dtype": config.model.dtype, "env": config.env.name,
-                         "options": config.env.options, "settings": settings.key_fields(),
+                         "options": start_options(config), "settings": settings.key_fields(),
                          "max_tasks": config.abstract.max_tasks_per_group}, length=12)  # fmt: skip
 
 
 def warm_start_tasks(config: CoevolveConfig, settings: WarmStart) -> list[Task]:
-    """`settings.tasks` training-family tasks that none of the run's splits contains."""
+    """`settings.tasks` training-family tasks that none of the run's splits contains, none sharing a world
+    (initial state) with a split the run does not train on: the start never sees what evaluation tests.
+    (Measured on every shipped tool-world config: no drawn task shares a world, so the world rule leaves
+    their starts as they were built.)"""
     options = dict(config.env.options)
     run_env = envs.make(config.env.name, **options)
     taken = {task.id for split in run_env.splits() for task in run_env.tasks(split)}
+    held_out = [split for split in run_env.splits() if split != config.dataset.seed_split]
+    worlds = {content_hash(task.initial_state) for split in held_out for task in run_env.tasks(split)}
     options["seed"] = int(options.get("seed", 0)) + SEED_OFFSET + settings.seed
     try:
         source = envs.make(config.env.name, **options)
@@ -68,7 +82,8 @@ def warm_start_tasks(config: CoevolveConfig, settings: WarmStart) -> list[Task]:
         raise ValueError(
             f"warm start draws fresh tasks through the environment's `seed` option; {config.env.name!r} has none"
         ) from exc
-    fresh = [task for task in source.tasks("train") if task.id not in taken]
+    fresh = [task for task in source.tasks("train")
+             if task.id not in taken and content_hash(task.initial_state) not in worlds]  # fmt: skip
     if len(fresh) < settings.tasks:
         raise ValueError(f"warm start: asked for {settings.tasks} tasks, the environment yields {len(fresh)}")
     return fresh[: settings.tasks]
@@ -126,7 +141,7 @@ def _teacher_key(config: CoevolveConfig, start: str, settings: WarmStart, max_di
     key = content_hash({"start": start, "settings": settings.key_fields(),
                         "max_distractors": max_distractors,
                         "replies": ["abstract", "reflect", "explore"],
-                        "env": config.env.name, "options": config.env.options,
+                        "env": config.env.name, "options": start_options(config),
                         "max_tasks": config.abstract.max_tasks_per_group}, length=12)  # fmt: skip
     return f"teacher-{key}"
 

@@ -23,7 +23,7 @@ from typing import Any
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from coevolve.flows.runs import resolve_run, rounds_to_run
+from coevolve.flows.runs import load_saved_config, resolve_run, rounds_to_run
 from coevolve.flows.summary import publish_round, round_line, round_metrics
 from coevolve.flows.tracking import track_rounds
 from coevolve.pipeline.context import RunContext
@@ -116,7 +116,23 @@ def refresh_catalog(ctx: RunContext) -> None:
         announce(f"warning: catalog not rebuilt: {explain_query_error(exc, ctx.store.layout.root)}", quiet=False)
 
 
-@flow(name="coevolve")
+def flow_run_label(parameters: dict[str, Any]) -> str:
+    """A `coevolve` flow run's name in Prefect: the run, and how far it goes ("demo +1 round", "demo to
+    round 4"), instead of a random pair of words; the config's stem when no run is named."""
+    run = parameters.get("run") or Path(parameters.get("config") or "run").stem
+    more, rounds = parameters.get("more"), parameters.get("rounds")
+    if more:
+        return f"{run} +{more} round{'s' if more != 1 else ''}"
+    return f"{run} to round {rounds}" if rounds else str(run)
+
+
+def _flow_run_name() -> str:
+    from prefect.runtime import flow_run
+
+    return flow_run_label(dict(flow_run.parameters or {}))
+
+
+@flow(name="coevolve", flow_run_name=_flow_run_name)
 def coevolve(
     config: str | None = None,
     run: str | None = None,
@@ -124,6 +140,7 @@ def coevolve(
     overrides: list[str] | None = None,
     more: int | None = None,
     force: bool = False,
+    root: str | None = None,
 ) -> dict[str, Any]:
     """Run or continue a CoEvolve run.
 
@@ -133,9 +150,10 @@ def coevolve(
     overrides: config overrides KEY=VALUE.
     more: run this many rounds beyond the ones the run has completed (instead of `rounds`).
     force: recompute every stage, and accept a config that changes the run's model or environment.
+    root: the storage root (default: COEVOLVE_HOME, else the config's storage.root, else runs/).
     """
-    cfg, name, root = resolve_run(config, run, overrides or [], force=force)
-    return run_context(RunContext.create(cfg, name, root), rounds=rounds, more=more, force=force)
+    cfg, name, where = resolve_run(config, run, overrides or [], force=force, root=root)
+    return run_context(RunContext.create(cfg, name, where), rounds=rounds, more=more, force=force)
 
 
 def run_context(ctx: RunContext, *, rounds: int | None = None, more: int | None = None,
@@ -145,7 +163,6 @@ def run_context(ctx: RunContext, *, rounds: int | None = None, more: int | None 
     from coevolve.storage.lock import run_lock
 
     with run_lock(ctx.store.layout, f"coevolve flow, run {ctx.run}"):
-        ctx.build_warm_starts()  # before the rounds, so no stage's time includes them
         reports = run_rounds(ctx, rounds_to_run(ctx, rounds, more), force=force)
     return {
         "run": ctx.run,
@@ -159,11 +176,10 @@ def run_context(ctx: RunContext, *, rounds: int | None = None, more: int | None 
 def coevolve_stage(stage: str, run: str, round: int, root: str, force: bool = False) -> dict[str, Any]:
     """Re-run one stage of a run from its cached inputs (`coevolve stage`, when a Prefect API is configured;
     the command holds the run's lock)."""
-    from coevolve.config import load_config
     from coevolve.stages import get_stage
     from coevolve.storage.layout import RunLayout
 
     layout = RunLayout(Path(root), run)
-    ctx = RunContext.create(load_config(layout.config_path), run, layout.root)
+    ctx = RunContext.create(load_saved_config(layout), run, layout.root)
     record = run_stage_in_flow(get_stage(stage), ctx, round, force=force)
     return {"cached": record.cached, "key": record.manifest.key}

@@ -34,7 +34,7 @@ from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.runner import is_cached, stage_key
 from coevolve.pipeline.stage import StageDef
 from coevolve.stages import round_plan
-from coevolve.storage.layout import RunLayout
+from coevolve.storage.layout import RunLayout, checkpoint_name
 from coevolve.storage.lock import run_lock
 from coevolve.storage.manifest import Manifest
 from coevolve.storage.parquet import ArtifactError, write_text_atomic
@@ -90,7 +90,7 @@ def _shareable(stage: StageDef, source: RunContext, target: RunContext, round_: 
     if manifest is None or not set(manifest.artifacts) <= FORKABLE:
         return None
     checkpoint = manifest.outputs.get("checkpoint")
-    if checkpoint is not None and not Path(checkpoint).is_dir():  # pruned (`train.keep_checkpoints`)
+    if checkpoint is not None and not source.store.layout.checkpoint_at(checkpoint).is_dir():  # pruned
         return None
     try:
         if is_cached(stage, source, round_, stage_key(stage, source, round_)) is None:
@@ -104,9 +104,10 @@ def _copy(stage: StageDef, shared: Shared, source: RunStore, target: RunStore, r
     manifest, key = shared
     ids = _id_map(source, round_, stage.name, manifest, target.run)
     paths = {}
-    if "checkpoint" in manifest.outputs:
-        paths[manifest.outputs["checkpoint"]] = str(target.layout.checkpoint_dir(round_))
-        _link_tree(Path(manifest.outputs["checkpoint"]), target.layout.checkpoint_dir(round_))
+    if "checkpoint" in manifest.outputs:  # recorded relative to the run (older runs: the path as built)
+        paths[manifest.outputs["checkpoint"]] = checkpoint_name(round_)
+        checkpoint = source.layout.checkpoint_at(manifest.outputs["checkpoint"])
+        _link_tree(checkpoint, target.layout.checkpoint_dir(round_))
     copy = Manifest(stage.name, target.run, round_, key, manifest.code_version, started_at=manifest.started_at,
                     seconds=manifest.seconds, forked_from=source.run, files=manifest.files)
     for name in manifest.artifacts:

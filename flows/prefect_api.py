@@ -7,7 +7,12 @@ Prefect's ephemeral mode, but owned by this process:
 
 - it may take `startup_timeout_s` (default 120 s, `COEVOLVE_PREFECT_STARTUP_S`) to answer, so a busy
   machine does not fail the run (Prefect's own ephemeral server gives up after 20 s), and a server that
-  still does not answer ends in one message naming PREFECT_API_URL;
+  still does not answer ends in one message naming PREFECT_API_URL; one that exits first ends in one
+  naming its exit code, with the end of its log;
+- commands started at once start their servers one at a time (a file lock in PREFECT_HOME): each server
+  migrates PREFECT_HOME's SQLite database on startup, and two migrating a fresh one at once crash;
+- the URL is exported to child processes (`bench learning --jobs`), so they report to the same API,
+  configured or temporary;
 - it is stopped when the command ends, and on Linux it receives SIGTERM if this process dies in any way,
   `kill -9` included (`PR_SET_PDEATHSIG`), so no server is left listening.
 
@@ -22,12 +27,14 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from coevolve.processes import die_with_parent, free_port
 
+LOG_TAIL_LINES = 6
 STARTUP_TIMEOUT_S = float(os.environ.get("COEVOLVE_PREFECT_STARTUP_S", "120"))
 SERVER_COMMAND = "PREFECT_SERVER_ANALYTICS_ENABLED=false prefect server start --host 127.0.0.1 --port 4200"
 
@@ -63,21 +70,37 @@ def prefect_api(*, startup_timeout_s: float = STARTUP_TIMEOUT_S) -> Iterator[str
             raise PrefectApiError(
                 f"no Prefect server answers at PREFECT_API_URL={url}. Start one with `{SERVER_COMMAND}`, or unset "
                 f"PREFECT_API_URL to run on a temporary local server.")  # fmt: skip
-        yield url
+        with _exported(url):
+            yield url
         return
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     server, url = _start_temporary_server(startup_timeout_s)
-    os.environ["PREFECT_API_URL"] = url  # for child processes
     try:
-        with temporary_settings(updates={PREFECT_API_URL: url}):  # for this one, whatever it imported already
+        # the environment for child processes, the settings for this one (whatever it imported already)
+        with _exported(url), temporary_settings(updates={PREFECT_API_URL: url}):
             try:
                 yield url
             finally:
                 _flush_logs()  # the flow's last log lines reach the server before it stops
     finally:
-        os.environ.pop("PREFECT_API_URL", None)
         _stop(server)
+
+
+@contextlib.contextmanager
+def _exported(url: str) -> Iterator[None]:
+    """PREFECT_API_URL=url in os.environ for the block, then as it was. Child processes read only the
+    environment and the profile, and a configured URL may live in neither (Prefect's test harness sets it
+    in this process's settings); without it each child would start a temporary server of its own."""
+    before = os.environ.get("PREFECT_API_URL")
+    os.environ["PREFECT_API_URL"] = url
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PREFECT_API_URL", None)
+        else:
+            os.environ["PREFECT_API_URL"] = before
 
 
 def _flush_logs() -> None:
@@ -88,6 +111,25 @@ def _flush_logs() -> None:
 
 
 def _start_temporary_server(timeout_s: float) -> tuple[subprocess.Popen, str]:
+    """A server that answers, started while no other command of this PREFECT_HOME starts one."""
+    with _startup_lock():
+        return _start_server(timeout_s)
+
+
+def _startup_lock() -> contextlib.AbstractContextManager:
+    """A file lock in PREFECT_HOME, held from a server's start until it answers. A server migrates the
+    database on startup; two migrating a fresh one at once crash ('duplicate column name'), and once one
+    answers the database is migrated, so the next starts on it without writing the schema. Waiting for it
+    is bounded by the holder's own startup timeout (and the lock goes with a holder that dies)."""
+    from filelock import FileLock
+    from prefect.settings import get_current_settings
+
+    home = Path(get_current_settings().home).expanduser()
+    home.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(home / ".coevolve-server-start.lock"))
+
+
+def _start_server(timeout_s: float) -> tuple[subprocess.Popen, str]:
     import prefect
 
     port = free_port()
@@ -96,22 +138,36 @@ def _start_temporary_server(timeout_s: float) -> tuple[subprocess.Popen, str]:
     command = [sys.executable, "-m", "uvicorn", "--app-dir", str(Path(prefect.__file__).parent.parent), "--factory",
                "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
                "--log-level", "error", "--lifespan", "on"]  # fmt: skip
-    server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              preexec_fn=die_with_parent, start_new_session=True)  # fmt: skip
     url = f"http://127.0.0.1:{port}/api"
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            break
-        if healthy(url, timeout=2.0):
-            return server, url
-        time.sleep(0.2)
-    _stop(server)
-    detail = (server.stderr.read().decode(errors="replace").strip().splitlines() or [""])[-1] if server.stderr else ""
-    raise PrefectApiError(
-        f"the temporary Prefect server did not answer within {timeout_s:.0f} s{f' ({detail})' if detail else ''}. "
-        f"On a busy machine, raise COEVOLVE_PREFECT_STARTUP_S, or start a server once with `{SERVER_COMMAND}` and "
-        f"set PREFECT_API_URL=http://127.0.0.1:4200/api.")  # fmt: skip
+    # its log goes to an unnamed file, not a pipe nobody reads while the command runs (a full pipe blocks
+    # the server); the file goes with the server, and until it answers this process reads its tail
+    with tempfile.TemporaryFile() as log:
+        server = subprocess.Popen(command, env=env, stdout=log, stderr=log, preexec_fn=die_with_parent,
+                                  start_new_session=True)  # fmt: skip
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and server.poll() is None:
+            if healthy(url, timeout=2.0):
+                return server, url
+            time.sleep(0.2)
+        exit_code = server.poll()
+        _stop(server)
+        raise PrefectApiError(_startup_failure(exit_code, timeout_s, _tail(log)))
+
+
+def _tail(log) -> str:
+    log.seek(0)
+    lines = [line for line in log.read().decode(errors="replace").splitlines() if line.strip()]
+    return "\n".join(f"    {line}" for line in lines[-LOG_TAIL_LINES:])
+
+
+def _startup_failure(exit_code: int | None, timeout_s: float, tail: str) -> str:
+    """Why the temporary server is not there: it exited (the cause is in its log), or it did not answer."""
+    log = f" The end of its log:\n{tail}" if tail else ""
+    if exit_code is not None:
+        return f"the temporary Prefect server exited with code {exit_code} before it answered.{log}"
+    return (f"the temporary Prefect server did not answer within {timeout_s:.0f} s. On a busy machine, raise "
+            f"COEVOLVE_PREFECT_STARTUP_S, or start a server once with `{SERVER_COMMAND}` and set "
+            f"PREFECT_API_URL=http://127.0.0.1:4200/api.{log}")  # fmt: skip
 
 
 def _stop(server: subprocess.Popen) -> None:
@@ -124,4 +180,3 @@ def _stop(server: subprocess.Popen) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(server.pid, signal.SIGKILL)
             server.wait(10)
-

@@ -2,8 +2,8 @@
 messages that explain a failed query.
 
 Stored text (model replies, teacher output, tool results) is shown literally: never read as Rich markup
-(`[/x]` would vanish or crash the command), with control characters made visible (`literal`), so a
-reply prints as it was written.
+(`[/x]` would vanish or crash the command), with control characters made visible (`literal`; in CSV
+too, JSON escapes them itself), so a reply prints as it was written.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 def print_table(table: pa.Table, fmt: str = "table", *, max_rows: int = 200, max_width: int = 60) -> None:
     if fmt == "csv":
-        pacsv.write_csv(table, sys.stdout.buffer)
+        pacsv.write_csv(_visible(table), sys.stdout.buffer)
         return
     if fmt == "json":
         for row in table.to_pylist():
@@ -40,7 +40,8 @@ def print_table(table: pa.Table, fmt: str = "table", *, max_rows: int = 200, max
     console = Console()
     console.print(view)
     if table.num_rows > max_rows:
-        console.print(f"... {table.num_rows - max_rows} more rows (use --format csv for all)", markup=False)
+        console.print(f"... {table.num_rows - max_rows} more rows (--max-rows {table.num_rows} shows them; "
+                      f"--format csv prints all)", markup=False)
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -51,7 +52,26 @@ def literal(value: object, style: str = "") -> Text:
     visible `\\xNN`."""
     from rich.text import Text
 
-    return Text(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value)), style=style)
+    return Text(_CONTROL.sub(_hex, str(value)), style=style)
+
+
+def _visible(table: pa.Table) -> pa.Table:
+    """`table` with the control characters of its text columns as visible `\\xNN`, as `literal` shows them
+    (newlines and tabs kept: CSV quotes them), so CSV on a terminal never carries an ANSI escape."""
+    import pyarrow.compute as pc
+
+    for i, field in enumerate(table.schema):
+        if not (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)):
+            continue
+        column = table.column(i)
+        if pc.any(pc.match_substring_regex(column, _CONTROL.pattern)).as_py():
+            values = [None if v is None else _CONTROL.sub(_hex, v) for v in column.to_pylist()]
+            table = table.set_column(i, field, pa.array(values, field.type))
+    return table.rename_columns([_CONTROL.sub(_hex, name) for name in table.column_names])
+
+
+def _hex(match: re.Match) -> str:
+    return f"\\x{ord(match.group()):02x}"
 
 
 def _cell(value: object) -> str:

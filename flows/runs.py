@@ -8,6 +8,10 @@ A run's resolved config is saved as `run=<run>/config.yaml`. Continuing a run wi
 what the run *is* (the policy model or the environment) would silently recompute every stage over the old
 artifacts, so it is refused unless forced (`IDENTITY_FIELDS`). Any other change is fine: the stages whose
 config sections changed recompute, the rest stay cached.
+
+The saved config is read on every continue (`load_saved_config`): an empty, partial or unparsable file is
+refused naming it, never read as the package defaults, which would recompute every stage under a config
+nobody chose and overwrite the file with it.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from coevolve.config import CoevolveConfig, load_config
+from coevolve.config import CoevolveConfig, load_config, parse_config
 from coevolve.flows.validate import check_run_config
 from coevolve.pipeline.context import RunContext
 from coevolve.stages import round_plan
@@ -25,6 +29,11 @@ from coevolve.storage.layout import RunLayout, storage_root
 
 IDENTITY_FIELDS = ("model.name", "env.name")
 """Config fields that define a run: changing one mid-run needs a new run name or `--force`."""
+
+SAVED_SECTIONS = ("run", "model", "env", "dataset", "rollout", "train", "eval", "evolve")
+"""Sections every saved config has held since the first one: a file without one of them (or with it empty)
+was emptied, cut or hand-edited. Sections added since (`warm_start`, ...) may be missing from an older run's
+file and take their defaults."""
 
 
 class RunError(ValueError):
@@ -44,11 +53,40 @@ def identity_changes(saved: dict[str, Any], new: CoevolveConfig) -> list[str]:
             if _field(saved, f) != _field(fresh, f)]
 
 
+def saved_config_data(layout: RunLayout) -> dict[str, Any]:
+    """The run's saved config as parsed YAML; `RunError` naming the file when it is unparsable, empty or
+    partial (a `SAVED_SECTIONS` section missing or empty). Nothing is deleted or rewritten."""
+    path = layout.config_path
+    restore = ("nothing was changed; put the run's config back in that file (e.g. a copy of the config file it "
+               "was started from, with the --set values it ran with), or start a new run")  # fmt: skip
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        problem = " ".join(str(exc).split())
+        raise RunError(f"{path}: the saved config of run '{layout.run}' is not valid YAML ({problem}); "
+                       f"{restore}") from None
+    if not data:
+        raise RunError(f"{path}: the saved config of run '{layout.run}' is empty; {restore}")
+    if not isinstance(data, dict):
+        raise RunError(f"{path}: the saved config of run '{layout.run}' is not a mapping of sections; {restore}")
+    missing = [s for s in SAVED_SECTIONS if not isinstance(data.get(s), dict) or not data[s]]
+    if missing:
+        raise RunError(f"{path}: the saved config of run '{layout.run}' is partial (no {', '.join(missing)} "
+                       f"section); {restore}")
+    return data
+
+
+def load_saved_config(layout: RunLayout, overrides: list[str] | tuple[str, ...] = ()) -> CoevolveConfig:
+    """The run's saved config plus overrides, checked (`saved_config_data`) before anything reads it."""
+    return parse_config(saved_config_data(layout), source=str(layout.config_path), overrides=overrides)
+
+
 def check_compatible(layout: RunLayout, config: CoevolveConfig, *, config_source: str) -> None:
-    """Refuse a config that changes an identity field of an existing run."""
+    """Refuse a config that changes an identity field of an existing run (or whose saved config is broken:
+    there is nothing to compare with)."""
     if not layout.config_path.exists():
         return
-    saved = yaml.safe_load(layout.config_path.read_text()) or {}
+    saved = saved_config_data(layout)
     changes = identity_changes(saved, config)
     if changes:
         raise RunError(
@@ -60,28 +98,30 @@ def check_compatible(layout: RunLayout, config: CoevolveConfig, *, config_source
 
 
 def resolve_run(
-    config: str | Path | None, run: str | None, overrides: list[str], *, force: bool = False
+    config: str | Path | None, run: str | None, overrides: list[str], *, force: bool = False,
+    root: str | Path | None = None,
 ) -> tuple[CoevolveConfig, str, Path]:
-    """The config, run name and storage root of a run to start or continue.
+    """The config, run name and storage root of a run to start or continue (`root`: an explicit storage
+    root, as `--root`; see `storage_root`).
 
     With `config`, the file (plus overrides) is the run's config; an existing run must stay compatible.
     Without it, the run's saved `config.yaml` (plus overrides) continues the run."""
     if config is None:
         if not run:
             raise RunError("give a config file or the name of an existing run (`--run NAME`); see `coevolve runs`")
-        layout = _layout(storage_root(), run, "--run")
+        layout = _layout(storage_root(root), run, "--run")
         if not layout.config_path.exists():
             raise RunError(
                 f"no run '{run}' under {layout.root} ({layout.config_path} missing). Start it from a config: "
                 f"`coevolve run configs/demo.yaml --run {run}`; list runs with `coevolve runs`."
             )
-        cfg = load_config(layout.config_path, overrides)
+        cfg = load_saved_config(layout, overrides)
         check_run_config(cfg)
         return cfg, run, layout.root
     cfg = load_config(config, overrides)
     check_run_config(cfg)
     name = run or cfg.run.name
-    layout = _layout(storage_root(configured=cfg.storage.root), name, "--run" if run else "run.name")
+    layout = _layout(storage_root(root, configured=cfg.storage.root), name, "--run" if run else "run.name")
     if not force:
         check_compatible(layout, cfg, config_source=str(config))
     return cfg, name, layout.root
@@ -132,7 +172,7 @@ def persist_overrides(layout: RunLayout, overrides: list[str]) -> CoevolveConfig
     """Apply overrides to a run's saved config and save it back, so later stages and the flow see them."""
     from coevolve.storage.parquet import write_text_atomic
 
-    cfg = load_config(layout.config_path, overrides)
+    cfg = load_saved_config(layout, overrides)
     write_text_atomic(cfg.to_yaml(), layout.config_path)
     return cfg
 

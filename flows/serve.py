@@ -12,6 +12,8 @@ deployment for work pools.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from coevolve.flows.prefect_api import SERVER_COMMAND, configured_api_url, healthy
 
 API_URL_EXAMPLE = "http://127.0.0.1:4200/api"
@@ -34,8 +36,9 @@ def api_problem(*, required: bool, timeout: float = 3.0) -> str | None:
             f"`{SERVER_COMMAND}` (and PREFECT_API_URL={API_URL_EXAMPLE}),{fallback} then try again.")
 
 
-def serve_deployment(name: str = "round", *, limit: int | None = 1) -> None:
-    """Block, serving `coevolve/<name>`; each triggered run executes the flow in a subprocess."""
+def serve_deployment(name: str = "round", *, limit: int | None = 1, root: Path | None = None) -> None:
+    """Block, serving `coevolve/<name>`; each triggered run executes the flow in a subprocess, its runs
+    under `root` (the deployment's default `root` parameter; default: `storage_root`'s rule)."""
     from prefect.deployments.runner import EntrypointType
 
     from coevolve.flows.coevolve import coevolve
@@ -45,5 +48,6 @@ def serve_deployment(name: str = "round", *, limit: int | None = 1) -> None:
         description="Run the next round(s) of a CoEvolve run: -p config=CONFIG -p run=NAME -p more=1",
         tags=["coevolve"],
         limit=limit,
+        parameters={"root": str(root)} if root is not None else None,
         entrypoint_type=EntrypointType.MODULE_PATH,
     )

@@ -1,10 +1,11 @@
 """A round in one row of metrics, from its stage manifests: the one summary of a round.
 
 `round_metrics` reads a round's manifests (no Parquet): train success and reward, signals by kind,
-explorations, candidates by status, verification outcomes, tasks added, dataset size, loss, KL and
-held-out success. Everything that summarises rounds renders these rows: the line printed per round
-(`round_line`), the Prefect artifacts of a flow run (`publish_round`: `<run>-summary` markdown and
-`<run>-rounds` table, Prefect UI -> Artifacts) and `coevolve runs` (`runs_overview`).
+explorations, candidates by status, verification outcomes, tasks added, dataset size, loss, KL, the
+groups with signal (and their share) and held-out success. Everything that summarises rounds renders these
+rows: the line printed per round (`round_line`, which warns when an update had no group with signal), the
+Prefect artifacts of a flow run (`publish_round`: `<run>-summary` markdown and `<run>-rounds` table,
+Prefect UI -> Artifacts) and `coevolve runs` (`runs_overview`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ def round_metrics(store: RunStore, round_: int, dataset_size: int | None = None)
     row["dataset_size"] = out["merge"].get("dataset_size", out["bootstrap"].get("dataset_size", dataset_size))
     row["loss"] = out["grpo_update"].get("loss")
     row["kl"] = out["grpo_update"].get("kl")
+    row["groups_with_signal"] = out["grpo_update"].get("groups_with_signal")
+    groups = out["grpo_update"].get("groups")  # recorded since per-step metrics were
+    row["frac_groups_with_signal"] = row["groups_with_signal"] / groups if groups else None
     for key, value in out["evaluate"].items():
         if key.endswith("_success"):
             row[f"eval_{key}"] = value
@@ -70,6 +74,8 @@ def round_line(row: dict[str, Any], cached: list[str] | None = None) -> str:
         parts.append(f"|D| {row['dataset_size']}")
     if row["loss"] is not None:
         parts.append(f"loss {row['loss']:+.3f}")
+    if row.get("groups_with_signal") == 0:  # every group's rewards equal: no advantage, nothing learned
+        parts.append("warning: no group with signal (every group's rewards equal), nothing to learn")
     parts += [f"{k.removeprefix('eval_').removesuffix('_success')} {v:.0%}" for k, v in row.items()
               if k.startswith("eval_") and v is not None]  # fmt: skip
     if cached:

@@ -31,6 +31,32 @@ def check_run_config(config: CoevolveConfig) -> None:
     for field, split in named:
         if split is not None and split not in splits:
             raise ConfigError(f"{field}: {config.env.name} has no split {split!r}; its splits: {', '.join(splits)}")
+    check_training_apart(config, env)
+
+
+def check_training_apart(config: CoevolveConfig, env: envs.Environment) -> None:
+    """Raise `ConfigError` naming both splits when a source of D_0 (`dataset.seed_split`, and
+    `dataset.bootstrap_split` when `bootstrap_tasks` explores it) shares a task, or a world (an initial state),
+    with a held-out split: training would then see what evaluation tests. An environment whose tasks cannot
+    be listed here (a server not up) is left to the run, which lists them first."""
+    from coevolve.core import content_hash
+
+    sources = [("dataset.seed_split", config.dataset.seed_split)]
+    sources += [("dataset.bootstrap_split", config.dataset.bootstrap_split)] if config.dataset.bootstrap_tasks else []
+    try:
+        held = {split: env.tasks(split) for split in config.eval.splits}
+        train = {split: env.tasks(split) for _, split in sources if split is not None}
+    except Exception:  # listing needs a server that is not up: the run will say so itself
+        return
+    for field, split in sources:
+        if split is None:
+            continue
+        ids, worlds = {t.id for t in train[split]}, {content_hash(t.initial_state) for t in train[split]}
+        for name, tasks in held.items():
+            shared = sum(t.id in ids or content_hash(t.initial_state) in worlds for t in tasks)
+            if shared:
+                raise ConfigError(f"{field}: {split} shares {shared} tasks or worlds with the held-out split {name} "
+                                  f"(eval.splits); train on a split disjoint from it")  # fmt: skip
 
 
 def check_model(field: str, name: str) -> None:

@@ -1,7 +1,7 @@
 """`OpenAIEngine`: a model behind an OpenAI-compatible HTTP server (vLLM, SGLang, a hosted API).
 
-Two paths, both over httpx with timeouts and retries (connection errors, timeouts, 429 and 5xx, with
-exponential backoff; other 4xx fail at once with the server's message):
+Two paths, both over httpx with timeouts and retries (connection errors, timeouts, 429 and 5xx, replies
+that are not a JSON object, with exponential backoff; other 4xx fail at once with the server's message):
 
 - `chat(conversations, sampling)`: text in, text out through `/chat/completions`. The teacher uses it to
   reflect on trajectories and to abstract tasks.
@@ -20,6 +20,10 @@ concurrently (`max_concurrency` in flight), so the servers batch them.
 With token ids, each prompt of a call is sent with its own seed (the call's seed plus its index), so the
 K samples of a group differ while a seeded call stays reproducible, and the reply's text is decoded
 locally from the sampled ids, as the in-process engine decodes it.
+
+A bearer key (`api_key_env`) goes only over https or to a loopback server, and the client of a loopback
+server ignores the proxy settings of the environment (`HTTP_PROXY`, ...), so its requests never leave the
+machine.
 
 A served *policy* gets new weights after every update (`update_weights(directory, version=...)`): a LoRA
 adapter is loaded on every server under a fresh name (`POST /load_lora_adapter`, vLLM with
@@ -98,7 +102,8 @@ class OpenAIEngine:
                                  f"loopback address, for a server that needs a key")  # fmt: skip
             headers["Authorization"] = f"Bearer {key}"
         self.urls = [url.rstrip("/") for url in urls]
-        self._clients = [httpx.Client(base_url=url + "/", headers=headers, timeout=timeout_s) for url in self.urls]
+        self._clients = [httpx.Client(base_url=url + "/", headers=headers, timeout=timeout_s,
+                                      trust_env=not _is_loopback(url)) for url in self.urls]  # fmt: skip
         self.healthy = [True] * len(urls)
         """Per server: False once it failed a request, until a health probe succeeds."""
         self._turn = itertools.count()
@@ -256,7 +261,10 @@ class OpenAIEngine:
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST to the next healthy server, moving on to the others when one fails; the decoded JSON."""
-        return self._json(path, *self._request(path, body))
+        status, reply = self._request(path, body, decode=True)
+        if status >= 400:
+            raise OpenAIEngineError(f"{path}: HTTP {status}: {reply[:500]}")
+        return reply
 
     def _post_to(self, server: int, path: str, body: dict[str, Any]) -> str:
         """POST to one given server (adapter management must reach every server); the reply's text."""
@@ -265,9 +273,13 @@ class OpenAIEngine:
             raise OpenAIEngineError(f"{self.urls[server]}/{path}: HTTP {status}: {text[:500]}")
         return text
 
-    def _request(self, path: str, body: dict[str, Any], *, server: int | None = None) -> tuple[int, str]:
+    def _request(
+        self, path: str, body: dict[str, Any], *, server: int | None = None, decode: bool = False
+    ) -> tuple[int, Any]:
         """(status, text) of a POST, retried with backoff on failures worth retrying. Without `server`, each
-        attempt goes to the next healthy server and, with several, a failing one is set aside."""
+        attempt goes to the next healthy server and, with several, a failing one is set aside. With
+        `decode`, a successful reply's text is decoded to its JSON object, and a malformed reply (not JSON,
+        nested past the parser's recursion limit, not an object) is a failure worth retrying."""
         last = ""
         for attempt in range(self.max_retries + 1):
             if attempt:
@@ -276,6 +288,8 @@ class OpenAIEngine:
             if target is None:
                 break
             status, text, error = self._send(target, path, body)
+            if error is None and decode and status < 400:
+                text, error = _decode(text)
             if error is None:
                 return status, text
             last = f"{self.urls[target]}: {error}"
@@ -301,17 +315,18 @@ class OpenAIEngine:
             return 0, "", f"HTTP {response.status_code}: {text[:200]}"
         return response.status_code, text, None
 
-    @staticmethod
-    def _json(path: str, status: int, text: str) -> dict[str, Any]:
-        if status >= 400:
-            raise OpenAIEngineError(f"{path}: HTTP {status}: {text[:500]}")
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise OpenAIEngineError(f"{path}: the server's reply is not JSON") from exc
-        if not isinstance(data, dict):
-            raise OpenAIEngineError(f"{path}: expected a JSON object, got {type(data).__name__}")
-        return data
+
+def _decode(text: str) -> tuple[Any, str | None]:
+    """(the JSON object of a reply, None), or (None, why it is malformed)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None, "malformed reply: not JSON"
+    except RecursionError:  # brackets nested past the interpreter's recursion limit
+        return None, "malformed reply: JSON nested too deep to parse"
+    if not isinstance(data, dict):
+        return None, f"malformed reply: expected a JSON object, got {type(data).__name__}"
+    return data, None
 
 
 def _read_capped(response: Any, limit: int, where: str) -> str:
@@ -329,8 +344,22 @@ def _safe_for_keys(url: str) -> bool:
     """https, or plain http to this machine: where a bearer key may go."""
     from urllib.parse import urlparse
 
-    parsed = urlparse(url)
-    return parsed.scheme == "https" or parsed.hostname in {"127.0.0.1", "localhost", "::1"}
+    return urlparse(url).scheme == "https" or _is_loopback(url)
+
+
+def _is_loopback(url: str) -> bool:
+    """A server on this machine (`localhost`, 127.0.0.0/8, ::1). Its client ignores the environment
+    (`HTTP_PROXY`, `ALL_PROXY`, ...), so a request and its key never leave the machine through a proxy."""
+    import ipaddress
+    from urllib.parse import urlparse
+
+    host = urlparse(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _sampling_body(sampling: SamplingParams) -> dict[str, Any]:

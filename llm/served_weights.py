@@ -92,5 +92,5 @@ def _call(engine: Any, server: int, method: str, path: str, body: dict | None = 
     response = client.request(method, url, json=body, timeout=max(client.timeout.read or 0, 600.0))
     try:
         return response.status_code, response.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: brackets nested past the recursion limit
         return response.status_code, response.text

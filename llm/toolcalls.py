@@ -16,7 +16,7 @@ from coevolve.core import ToolCall
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 MAX_REPLY_CHARS = 20_000
 MAX_CALLS = 16
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,63}$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,63}")
 _BLOCK = re.compile(re.escape(OPEN) + r"(.*?)(?:" + re.escape(CLOSE) + r"|$)", re.DOTALL)
 
 
@@ -102,7 +102,7 @@ def _parse_one(payload: str) -> tuple[ToolCall | None, str]:
             arguments = json.loads(arguments)
         except (ValueError, RecursionError):
             return None, f"arguments of {name!r} are not a JSON object"
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         return None, f"missing or invalid tool name: {_short(repr(name))}"
     if not isinstance(arguments, dict):
         return None, f"arguments of {name!r} must be a JSON object"

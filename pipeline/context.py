@@ -13,6 +13,9 @@ inference engine from its loaded model (default: `HfEngine` in process, `OpenAIE
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,7 +28,8 @@ from coevolve.agents.policy import EngineFactory, Policy, base_version
 from coevolve.config import CoevolveConfig
 from coevolve.envs.base import Environment, Task
 from coevolve.storage.datasets import Datasets
-from coevolve.storage.layout import RunLayout
+from coevolve.storage.layout import RunLayout, checkpoint_name
+from coevolve.storage.parquet import ArtifactError, file_matches
 from coevolve.storage.store import RunStore
 
 if TYPE_CHECKING:
@@ -104,11 +108,33 @@ class RunContext:
     # -- policy and teacher ------------------------------------------------------------------------
 
     def policy_after(self, round_: int) -> tuple[str, Path | None]:
-        """Version (and checkpoint) of the policy after round `round_`'s update; -1 = the base model."""
+        """Version (and checkpoint) of the policy after round `round_`'s update; -1 = the base model. The
+        checkpoint is this run's own (recorded relative to the run: `RunLayout.checkpoint_at`)."""
         if round_ < 0:
             return base_version(self.config.model), None
         manifest = self.store.completed(round_, "grpo_update")
-        return manifest.outputs["policy_version"], Path(manifest.outputs["checkpoint"])
+        return manifest.outputs["policy_version"], self.store.layout.checkpoint_at(manifest.outputs["checkpoint"])
+
+    def checked_policy_after(self, round_: int) -> tuple[str, Path | None]:
+        """`policy_after`, its checkpoint refused in one line unless every file grpo_update recorded in its
+        manifest has that content (sha256, hashed at most once per process): the weights a stage loads
+        are the ones its cache key names. A folder that is gone is left to the loader's error."""
+        version, checkpoint = self.policy_after(round_)
+        if checkpoint is None or not checkpoint.is_dir():
+            return version, checkpoint
+        refs = self.store.completed(round_, "grpo_update").files.get(checkpoint_name(round_), {})
+        weights_first = sorted(refs, key=lambda name: (not name.endswith(".safetensors"), name))
+        changed = [name for name in weights_first if not file_matches(checkpoint / name, refs[name].sha256,
+                                                                      refs[name].size)]  # fmt: skip
+        if changed:
+            first, *others = [name if (checkpoint / name).is_file() else f"{name} (missing)" for name in changed]
+            also = f"; also {', '.join(others)}" if others else ""
+            raise ArtifactError(
+                f"checkpoint {checkpoint} of policy {version} is refused: {first} does not load as the file "
+                f"grpo_update of round {round_} in run '{self.run}' saved (its manifest records another sha256"
+                f"{also}); rebuild it with `coevolve stage grpo_update --run {self.run} --round {round_} --force`"
+            )
+        return version, checkpoint
 
     def evolution_policy_round(self, round_: int) -> int:
         """The round whose updated policy round `round_`'s evolution phases use (verification's attempts,
@@ -116,18 +142,24 @@ class RunContext:
         them after the round's update."""
         return round_ if self.config.evolve.verify_after_update else round_ - 1
 
-    def build_warm_starts(self) -> None:
-        """Build the warm starts the config names (`warm_start` section) if this machine lacks them."""
-        if not self._warm_starts_checked:
-            from coevolve.evolution.warm_start import build_warm_starts
+    def build_warm_starts(self) -> list[Path]:
+        """Build the warm starts the config names (`warm_start` section) if this machine lacks them (checked
+        once per process); the checkpoints built now. The `warm-start` step (`stages.warm_start`) calls it
+        before round 0; a stage that needs a start on a machine that lacks it builds it here."""
+        if self._warm_starts_checked:
+            return []
+        from coevolve.evolution.warm_start import build_warm_starts
 
-            build_warm_starts(self.spec, self.config)
-            self._warm_starts_checked = True
+        built = build_warm_starts(self.spec, self.config)
+        self._warm_starts_checked = True
+        return built
 
     def use_policy(self, round_: int) -> Policy:
         """The policy after round `round_` (-1 = base), loaded into memory if needed."""
         self.build_warm_starts()
         version, checkpoint = self.policy_after(round_)
+        if version != self.policy.version:  # loaded from its checkpoint: check it first
+            version, checkpoint = self.checked_policy_after(round_)
         self.policy.ensure(version, checkpoint)
         return self.policy
 
@@ -150,20 +182,64 @@ class RunContext:
 
     # -- output ------------------------------------------------------------------------------------
 
+    @property
+    def plain_output(self) -> bool:
+        """Whether stage and progress lines go to stdout as plain lines: it is not a terminal (a log file,
+        a pipe, a test's capture) and the context is not quiet. A terminal gets the rich bars instead."""
+        return not self.quiet and not sys.stdout.isatty()
+
+    def say(self, line: str) -> None:
+        """One plain line on stdout when `plain_output` (a log shows what the run is doing)."""
+        if self.plain_output:
+            print(line, flush=True)
+
     @contextmanager
     def progress(self, description: str, total: int) -> Any:
-        """A rich progress bar on a terminal (none when quiet or when output goes to a file); yields
-        `advance(n)`."""
+        """A rich progress bar on a terminal (stderr); when stdout is not a terminal (`plain_output`) also
+        plain lines there, at 25, 50, 75 and 100 % and otherwise at most one every `PLAIN_EVERY_S` seconds:
+        `round 0 rollout: 48/96 (50 %) after 41.2 s`. Yields `advance(n)` (safe to call from threads)."""
         from rich.console import Console
 
         console = Console(stderr=True)
+        lines = PlainProgress(description, total, self.say) if self.plain_output and total > 0 else None
         if self.quiet or not console.is_terminal:
-            yield lambda n=1: None
+            yield (lambda n=1: None) if lines is None else lines.advance
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=True) as bar:
             task_id = bar.add_task(description, total=total)
-            advance: Callable[[int], None] = lambda n=1: bar.advance(task_id, n)  # noqa: E731
+
+            def advance(n: int = 1) -> None:
+                bar.advance(task_id, n)
+                if lines is not None:
+                    lines.advance(n)
+
             yield advance
+
+
+PLAIN_EVERY_S = 30.0
+"""Between quarters, a long progress writes a plain line at most this often."""
+
+
+class PlainProgress:
+    """The plain-line form of a progress bar (`RunContext.progress` when output is not a terminal): a line
+    at each quarter crossed, and one after `PLAIN_EVERY_S` seconds without a line."""
+
+    def __init__(self, description: str, total: int, say: Callable[[str], None]) -> None:
+        self.description, self.total, self.say = description, total, say
+        self.done, self.quarter = 0, 0
+        self.started = self.last = time.monotonic()
+        self.lock = threading.Lock()
+
+    def advance(self, n: int = 1) -> None:
+        with self.lock:
+            self.done += n
+            now = time.monotonic()
+            quarter = min(4, 4 * self.done // self.total)
+            if quarter <= self.quarter and now - self.last < PLAIN_EVERY_S:
+                return
+            self.quarter, self.last = max(quarter, self.quarter), now
+            self.say(f"{self.description}: {self.done}/{self.total} ({100 * self.done // self.total} %) "
+                     f"after {now - self.started:.1f} s")

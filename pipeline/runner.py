@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.declared import StageContext
 from coevolve.pipeline.stage import Inputs, StageDef
 from coevolve.storage.manifest import FileRef, Manifest, cache_key
 from coevolve.storage.parquet import ArtifactError, file_matches
@@ -36,33 +37,52 @@ def stage_key(stage: StageDef, ctx: RunContext, round_: int) -> str:
 
 def is_cached(stage: StageDef, ctx: RunContext, round_: int, key: str) -> Manifest | None:
     """The stage's manifest if it has this cache key and every file it wrote still has the recorded content
-    (sha256; an unchanged size and mtime are trusted): a missing, truncated or edited artifact means the
-    stage runs again, and so does a damaged checkpoint. A checkpoint folder that is gone was pruned on
-    purpose (`train.keep_checkpoints`) and does not count."""
+    (sha256, each file read at most once per process; an unchanged size and mtime prove nothing): a
+    missing, truncated or edited artifact means the stage runs again, and so does a damaged checkpoint,
+    even one whose modification time was put back. A checkpoint folder that is gone was pruned on purpose
+    (`train.keep_checkpoints`) and does not count."""
     manifest = ctx.store.manifest(round_, stage.name)
     if manifest is None or manifest.key != key:
         return None
     for name, ref in manifest.artifacts.items():
         path = ctx.store.layout.artifact_path(round_, stage.name, name)
-        if not file_matches(path, ref.sha256, ref.size, ref.mtime_ns):
+        if not file_matches(path, ref.sha256, ref.size):
             return None
     for folder, refs in manifest.files.items():
         directory = ctx.store.layout.run_dir / folder
-        if directory.exists() and not all(file_matches(directory / n, r.sha256, r.size, r.mtime_ns)
-                                          for n, r in refs.items()):  # fmt: skip
+        if directory.exists() and not all(file_matches(directory / n, r.sha256, r.size) for n, r in refs.items()):
             return None
     return manifest
 
 
 def run_stage(stage: StageDef, ctx: RunContext, round_: int, *, force: bool = False) -> StageRecord:
-    """Run `stage` for `round_` unless a completed run with the same cache key exists."""
+    """Run `stage` for `round_` unless a completed run with the same cache key exists. When output is not a
+    terminal (`RunContext.plain_output`: a log file), a plain line when it starts and one when it ends:
+
+        round 0 rollout: started
+        round 0 rollout: done in 41.2 s (cached)
+    """
+    started = time.perf_counter()
+    ctx.say(f"round {round_} {stage.name}: started")
+    try:
+        record = _run_stage(stage, ctx, round_, force=force)
+    except BaseException:
+        ctx.say(f"round {round_} {stage.name}: failed after {time.perf_counter() - started:.1f} s")
+        raise
+    cached = " (cached)" if record.cached else ""
+    ctx.say(f"round {round_} {stage.name}: done in {time.perf_counter() - started:.1f} s{cached}")
+    return record
+
+
+def _run_stage(stage: StageDef, ctx: RunContext, round_: int, *, force: bool) -> StageRecord:
     key = stage_key(stage, ctx, round_)
     if not force and (cached := is_cached(stage, ctx, round_, key)) is not None:
         return StageRecord(cached, cached=True)
     ctx.store.invalidate(round_, stage.name)
     manifest = Manifest(stage.name, ctx.run, round_, key, stage.version, started_at=time.time())
     try:
-        result = stage.compute(ctx, round_, Inputs(ctx, round_, stage.reads, key))
+        view = StageContext(ctx, stage.config, stage.name)  # the config its key covers, nothing more
+        result = stage.compute(view, round_, Inputs(ctx, round_, stage.reads, key))
         for name, rows in result.artifacts.items():
             manifest.artifacts[name] = ctx.store.write(round_, stage.name, name, rows)
         manifest.files = {str(folder.relative_to(ctx.store.layout.run_dir)): folder_refs(folder)

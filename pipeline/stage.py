@@ -10,11 +10,12 @@
 The runner (`pipeline.runner`) derives both the cache key and the inputs handed to `compute` from that
 declaration: every `Read` names a content hash for the key (`key_part`, cheap: manifests and ids) and a
 value for the stage (`load`, only when the stage really runs). A stage never reads storage behind its
-declaration's back, so what its key covers and what it uses cannot drift apart.
+declaration's back, and its config is limited to the fields it declares (`pipeline.declared`), so what
+its key covers and what it uses cannot drift apart.
 
 Reads:
 - `Artifact(stage, artifact, rounds)`: an upstream artifact of the selected rounds (`this_round`,
-  `rounds_so_far`, `signal_window`); keyed by the files' sha256; loaded as an `Upstream` (tables on demand).
+  `rounds_so_far`, or a stage's own such as `signals.rare_window`); keyed by the files' sha256; loaded as an `Upstream` (tables on demand).
 - `Dataset()`: the dataset version D_r the round trains on (`storage.datasets`); keyed by its file's sha256.
 - `Policy(after_round=...)` / `EvolutionPolicy()`: the policy version that generates; keyed by its name,
   loaded into memory (`RunContext.use_policy`).
@@ -37,6 +38,7 @@ from coevolve.core import content_hash
 if TYPE_CHECKING:
     from coevolve.envs.base import Task
     from coevolve.pipeline.context import RunContext
+    from coevolve.pipeline.declared import StageContext
     from coevolve.storage.datasets import DatasetVersion
 
 Rounds = Callable[["RunContext", int], list[int]]
@@ -50,11 +52,6 @@ def this_round(ctx: RunContext, round_: int) -> list[int]:
 def rounds_so_far(ctx: RunContext, round_: int) -> list[int]:
     """Every round up to and including the reading one."""
     return list(range(round_ + 1))
-
-
-def signal_window(ctx: RunContext, round_: int) -> list[int]:
-    """The last W rounds (`signals.window`) up to the reading one."""
-    return [r for r in range(round_ + 1) if r > round_ - ctx.config.signals.window]
 
 
 class Read(Protocol):
@@ -238,10 +235,11 @@ class Inputs(Mapping[str, Any]):
 class StageDef:
     """A stage: its name, code version (bump it when its output for the same inputs changes), the config
     fields it depends on (dotted paths to a section or one field), what it reads, and its compute function
-    `(context, round, inputs) -> StageResult`."""
+    `(context, round, inputs) -> StageResult`; the context's config holds only the declared fields
+    (`pipeline.declared`: reading another is an error, so the key covers everything the stage reads)."""
 
     name: str
     version: int
     config: tuple[str, ...]
     reads: Mapping[str, Read]
-    compute: Callable[[RunContext, int, Inputs], StageResult]
+    compute: Callable[[StageContext, int, Inputs], StageResult]

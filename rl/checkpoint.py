@@ -4,14 +4,25 @@ Layout of a checkpoint directory:
 
     config.json, model.safetensors (or adapter_config.json + adapter_model.safetensors for peft),
     tokenizer files (with the chat template training used: `save_tokenizer`), optimizer.pt (optional),
-    coevolve_checkpoint.json (completion marker, last)
+    coevolve_checkpoint.json (completion marker, last; the sha256 of every other file),
+    optimizer.dropped (only once optimizer.pt was deleted on purpose: `drop_optimizer_state`)
+
+The weights are saved in the dtype the model trains in (`model.dtype`: float32 or bfloat16), never cast.
+The optimizer state (AdamW: two tensors per weight, twice the weights' size) is what continuing the
+training needs, and only the newest checkpoint of a run keeps it: `drop_optimizer_state` deletes it from
+the older ones once a newer one is saved (`stages.grpo_update`), leaving a note. Loading such a
+checkpoint loads its weights as before; `load_optimizer_state` then starts the optimizer fresh and says so
+(it returns False), `read_optimizer_state` refuses in one line.
 
 Everything is written into ``<name>.tmp-<pid>`` next to the target, every file and the directory
 fsynced, and renamed into place, so a reader never sees a half-written checkpoint under its final name
 and a power loss cannot leave a renamed but empty one. An existing checkpoint of the same name is first
 renamed aside and deleted only after the new one is in place. Leftovers of a writer killed half-way
 (``*.tmp-<pid>``, ``*.old-<pid>``) are removed by `remove_leftovers` before the next write.
-A file that does not load (truncated, edited) raises `CorruptCheckpointError` naming it.
+A file that does not load (truncated, edited) raises `CorruptCheckpointError` naming it, and so does a
+weights or optimizer file whose sha256 is not the one the marker recorded when it was saved: loading
+hashes it (at most once per process, `coevolve.file_hashes.file_sha256`; never for the files this process
+saved), so a flipped bit is refused instead of trained on.
 
 `load_weights` loads a checkpoint's weights into a model of the same architecture (the whole model, or
 a peft adapter's weights into a model carrying that adapter). The `grpo_update` stage writes one
@@ -29,8 +40,13 @@ from typing import Any
 import torch
 from torch import nn
 
+from coevolve.file_hashes import file_sha256, remember_sha256
+
 MARKER = "coevolve_checkpoint.json"
 OPTIMIZER_FILE = "optimizer.pt"
+OPTIMIZER_DROPPED = "optimizer.dropped"
+"""Left in a checkpoint whose optimizer state was deleted on purpose (`drop_optimizer_state`): its text says
+when and why."""
 
 
 def _is_peft(model: nn.Module) -> bool:
@@ -107,13 +123,17 @@ def save_checkpoint(
             save_tokenizer(tokenizer, tmp)
         if optimizer is not None:
             torch.save(optimizer.state_dict() if state is None else state[1], tmp / OPTIMIZER_FILE)
-        marker = {"kind": "adapter" if _is_peft(model) else "full", "optimizer": optimizer is not None}
+        hashes = {str(p.relative_to(tmp)): file_sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
+        marker = {"kind": "adapter" if _is_peft(model) else "full", "optimizer": optimizer is not None,
+                  "sha256": hashes}  # fmt: skip
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
         _fsync_tree(tmp)
         _replace_dir(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    for name, sha in hashes.items():  # this process knows them: loading or checking them reads nothing
+        remember_sha256(directory / name, sha)
 
 
 def save_tokenizer(tokenizer: Any, directory: Path) -> None:
@@ -146,14 +166,32 @@ def _read_marker(directory: Path) -> dict:
     return json.loads(marker.read_text())
 
 
+def _check_saved(path: Path, marker: dict) -> None:
+    """Refuse `path` unless it holds the bytes saved with the checkpoint (the marker's sha256; a marker
+    of an older version records none, and nothing is checked)."""
+    if "sha256" not in marker:
+        return
+    expected = marker["sha256"].get(path.name)
+    if expected is None:
+        raise CorruptCheckpointError(f"checkpoint file {path} was not saved with the checkpoint")
+    if not path.is_file():
+        raise CorruptCheckpointError(f"checkpoint file {path} is missing")
+    found = file_sha256(path)
+    if found != expected:
+        raise CorruptCheckpointError(f"checkpoint file {path} is not the one saved (sha256 {found[:12]}, saved "
+                                     f"{expected[:12]})")
+
+
 def load_weights(model: nn.Module, directory: Path, *, lora: bool) -> None:
     """Load the weights `save_checkpoint` wrote in `directory` into `model` (the adapter's only, with LoRA);
     a clear error when the checkpoint is missing, incomplete or does not fit the model."""
     from safetensors.torch import load_file
 
-    _read_marker(directory)
+    marker = _read_marker(directory)
+    recorded = {name for name in marker.get("sha256", {}) if name.endswith(".safetensors")}
     state: dict[str, Any] = {}
-    for file in sorted(Path(directory).glob("*.safetensors")):
+    for file in sorted({*Path(directory).glob("*.safetensors"), *(Path(directory) / n for n in recorded)}):
+        _check_saved(file, marker)
         try:
             state.update(load_file(str(file)))
         except Exception as exc:  # safetensors raises its own error types
@@ -171,16 +209,50 @@ def load_weights(model: nn.Module, directory: Path, *, lora: bool) -> None:
 
 def read_optimizer_state(directory: Path) -> dict[str, Any]:
     """The optimizer state dict saved in ``directory/optimizer.pt`` (on the CPU)."""
-    _read_marker(directory)
+    marker = _read_marker(directory)
     path = Path(directory) / OPTIMIZER_FILE
     if not path.is_file():
+        dropped = optimizer_dropped(directory)
+        if dropped is not None:
+            raise FileNotFoundError(f"checkpoint directory {directory} has no {OPTIMIZER_FILE}: {dropped}")
         raise FileNotFoundError(f"checkpoint directory {directory} has no {OPTIMIZER_FILE}")
+    _check_saved(path, marker)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # a truncated zip archive, a pickle error...
         raise CorruptCheckpointError(f"checkpoint file {path} does not load ({exc})") from exc
 
 
-def load_optimizer_state(optimizer: torch.optim.Optimizer, directory: Path) -> None:
-    """Restore ``optimizer`` from ``directory/optimizer.pt`` (tensors go to the params' devices)."""
+def load_optimizer_state(optimizer: torch.optim.Optimizer, directory: Path) -> bool:
+    """Restore ``optimizer`` from ``directory/optimizer.pt`` (tensors go to the params' devices). From a
+    checkpoint whose optimizer state was dropped on purpose (`drop_optimizer_state`: a newer checkpoint
+    keeps the run's) ``optimizer`` starts fresh (whatever state it held is forgotten: it belongs to other
+    weights), and the answer is False."""
+    if not (Path(directory) / OPTIMIZER_FILE).is_file() and optimizer_dropped(directory) is not None:
+        _read_marker(directory)  # still a complete checkpoint
+        optimizer.state.clear()
+        return False
     optimizer.load_state_dict(read_optimizer_state(directory))
+    return True
+
+
+def optimizer_dropped(directory: Path) -> str | None:
+    """Why ``directory``'s optimizer state was dropped (`drop_optimizer_state`), or None if it was not."""
+    note = Path(directory) / OPTIMIZER_DROPPED
+    return note.read_text().strip() if note.is_file() else None
+
+
+def drop_optimizer_state(directory: Path, newer: Path) -> bool:
+    """Delete ``directory/optimizer.pt`` now that the checkpoint ``newer`` keeps the run's optimizer state,
+    leaving the note `OPTIMIZER_DROPPED` (written first: a crash in between leaves a loadable file). The
+    weights, tokenizer and marker stay as saved, so their recorded sha256 still hold. Returns whether a
+    file was deleted."""
+    path = Path(directory) / OPTIMIZER_FILE
+    if not path.is_file():
+        return False
+    note = (f"optimizer state dropped when {Path(newer).name} was saved (only a run's newest checkpoint "
+            f"keeps one); an update continuing from these weights starts its optimizer fresh")
+    (Path(directory) / OPTIMIZER_DROPPED).write_text(note + "\n")
+    path.unlink()
+    _fsync_dir(Path(directory))
+    return True

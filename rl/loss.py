@@ -7,10 +7,13 @@ Paper objective (see docs, "Objective"), written as a loss to minimise:
     r_kt  = exp(logp_kt - old_logp_kt)
     KL_kt = exp(ref_kt - logp_kt) - (ref_kt - logp_kt) - 1          (k3 estimator, >= 0)
 
-N is the number of policy tokens of the whole group/mini-batch ("token-level normalisation"), not of
-one sequence. When a mini-batch is split into micro-batches for gradient accumulation, pass the
-mini-batch's N as ``num_tokens`` to every micro-batch call: the sum of the micro-batch losses (and
-gradients) then equals the full-batch loss (and gradient).
+N is a scalar, the number of policy tokens of the whole mini-batch ("token-level normalisation",
+`train.loss_normalization: batch_tokens`), not of one sequence. When a mini-batch is split into
+micro-batches for gradient accumulation, pass the mini-batch's N as ``num_tokens`` to every micro-batch
+call: the sum of the micro-batch losses (and gradients) then equals the full-batch loss (and gradient).
+The other normalisations divide each row's token losses by a divisor of its own (``num_tokens`` a ``[B]``
+tensor, from `rl.plan.row_divisors`): ``N_g * G`` (the paper's formula, each group over its own tokens,
+``group_tokens``) or ``|tau_i| * B`` (the original GRPO's per-sequence mean, ``sequence``).
 
 Masked positions (prompt, tool output, padding) contribute exactly zero loss and zero gradient, even
 if their log-probs are garbage (e.g. -inf): they are replaced with zeros before any arithmetic.
@@ -106,10 +109,11 @@ def grpo_loss(
         mask: ``[B, T]`` bool/float, 1 on policy tokens.
         clip_low, clip_high: PPO clip range ``[1 - clip_low, 1 + clip_high]``.
         beta: KL weight.
-        num_tokens: normaliser N; default ``mask.sum()``. Clamped to >= 1, so an empty mask gives 0.
+        num_tokens: normaliser N, a scalar or ``[B]`` one divisor per row; default ``mask.sum()``. Clamped
+            to >= 1, so an empty mask gives 0.
 
     Returns:
-        Scalar loss (sum of masked per-token losses / N) and its `LossMetrics`.
+        Scalar loss (sum of masked per-token losses / N, or / the row's divisor) and its `LossMetrics`.
     """
     if beta != 0 and ref_logprobs is None:
         raise ValueError("grpo_loss: ref_logprobs is required when beta != 0")
@@ -119,18 +123,22 @@ def grpo_loss(
     denom = (
         count if num_tokens is None else torch.as_tensor(num_tokens, dtype=count.dtype, device=count.device)
     ).clamp(min=1)
+    if denom.dim() == 1:  # a divisor per row ([B]), the same for all its tokens
+        scaled, denom = weight / denom[:, None], torch.ones_like(count)  # [B, T], []
+    else:
+        scaled = weight  # [B, T]; divided by the scalar N below
 
     lp = torch.where(keep, logprobs, 0.0)  # [B, T]; masked garbage never reaches exp()
     log_ratio = lp - torch.where(keep, old_logprobs, 0.0)  # [B, T]
     adv = advantages.to(logprobs.dtype)[:, None]  # [B, 1]
     pg_tok, low, high = clipped_surrogate(log_ratio, adv, clip_low=clip_low, clip_high=clip_high)
-    pg_loss = (pg_tok * weight).sum() / denom  # []
+    pg_loss = (pg_tok * scaled).sum() / denom  # []
 
     if ref_logprobs is not None and beta != 0:
         kl_tok = k3_kl(lp, torch.where(keep, ref_logprobs, 0.0))  # [B, T]
     else:
         kl_tok = torch.zeros_like(lp)
-    loss = pg_loss + beta * (kl_tok * weight).sum() / denom  # []
+    loss = pg_loss + beta * (kl_tok * scaled).sum() / denom  # []
 
     with torch.no_grad():
         metrics = LossMetrics(

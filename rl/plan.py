@@ -4,17 +4,24 @@ Rows that cannot contribute are left out (`trainable_rows`); the rest are split 
 group boundaries (a group is never split, so token-level normalisation is over whole groups), each cut
 into micro-batches (`plan_update`). Over several processes, each takes micro-batches `rank, rank + world,
 ...` of every mini-batch (`shard_plan`), padded to the busiest process's count when weights are sharded.
+
+Each optimizer step's loss is normalised over its mini-batch (`LossNormalization`, `row_divisors`), computed
+from the whole mini-batch so that every process and micro-batch divides by the same numbers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
+import torch
 from torch import Tensor
 
 from coevolve.rl.batch import SampleBatch, micro_batches
 
 Plan = list[list[list[int]]]  # mini-batches -> micro-batches -> row indices
+LossNormalization = Literal["batch_tokens", "group_tokens", "sequence"]
+"""What an optimizer step's summed token losses are divided by (`train.loss_normalization`, docs/algorithm.md)."""
 
 
 def trainable_rows(batch: SampleBatch, advantages: Tensor, beta: float) -> list[int]:
@@ -47,6 +54,28 @@ def plan_update(
     return plan
 
 
+def row_divisors(batch: SampleBatch, rows: list[int], normalization: LossNormalization) -> dict[int, float]:
+    """Divisor of each row's token losses in the mini-batch ``rows``; empty for `batch_tokens` (every row's is
+    the mini-batch's policy-token count N, passed as one scalar).
+
+    - ``batch_tokens``: N, all policy tokens of the mini-batch (DAPO's token-level loss; this project's first).
+    - ``group_tokens``: ``N_g * G``, its group's policy tokens times the groups in the mini-batch: each group's
+      loss is normalised over its own tokens (the paper's formula, 1 / sum_k |tau_k| over the K rollouts) and
+      the groups are averaged. Equals ``batch_tokens`` when the mini-batch is one group.
+    - ``sequence``: ``|tau_i| * B``, its own policy tokens times the rows: the mean over rows of each row's
+      token mean (the original GRPO's, DeepSeekMath).
+    """
+    if normalization == "batch_tokens":
+        return {}
+    if normalization == "sequence":
+        return {i: float(batch.policy_tokens([i]) * len(rows)) for i in rows}
+    groups: dict[int, list[int]] = {}
+    for i in rows:
+        groups.setdefault(batch.group_ids[i], []).append(i)
+    per_group = {g: float(batch.policy_tokens(members) * len(groups)) for g, members in groups.items()}
+    return {i: per_group[batch.group_ids[i]] for i in rows}
+
+
 @dataclass(frozen=True)
 class Shard:
     """This process's micro-batches of one mini-batch, and the whole mini-batch's policy-token count."""
@@ -55,14 +84,26 @@ class Shard:
     num_tokens: int
     padding: list[list[int]] = field(default_factory=list)
     """Micro-batches run with a zero loss, so that every process runs as many passes (sharded weights)."""
+    divisors: dict[int, float] = field(default_factory=dict)
+    """Each row's own loss divisor (`row_divisors`); empty: `num_tokens` for every row."""
+
+    def normaliser(self, micro: list[int]) -> int | Tensor:
+        """What `grpo_loss` divides micro-batch ``micro``'s token losses by: N, or ``[b]`` divisors."""
+        if not self.divisors:
+            return self.num_tokens
+        return torch.tensor([self.divisors[i] for i in micro], dtype=torch.float64)
 
 
-def shard_plan(batch: SampleBatch, plan: Plan, rank: int = 0, world: int = 1, *, lockstep: bool = False) -> list[Shard]:
+def shard_plan(batch: SampleBatch, plan: Plan, rank: int = 0, world: int = 1, *, lockstep: bool = False,
+               normalization: LossNormalization = "batch_tokens") -> list[Shard]:  # fmt: skip
     """Micro-batches ``rank, rank + world, ...`` of every mini-batch (possibly none); with `lockstep`, padded
-    with copies of the mini-batch's first micro-batch up to the busiest process's count."""
+    with copies of the mini-batch's first micro-batch up to the busiest process's count. Loss divisors are
+    the whole mini-batch's (`row_divisors`)."""
     shards = []
     for mini in plan:
         mine = mini[rank::world]
         padding = [mini[0]] * (-(-len(mini) // world) - len(mine)) if lockstep else []
-        shards.append(Shard(mine, batch.policy_tokens([i for micro in mini for i in micro]), padding))
+        rows = [i for micro in mini for i in micro]
+        divisors = row_divisors(batch, rows, normalization)
+        shards.append(Shard(mine, batch.policy_tokens(rows), padding, divisors))
     return shards

@@ -22,8 +22,12 @@ Steps of `grpo_update`:
    quarter of the update's compute). Reference log-probs come from
    ``ref_model`` (or, for a peft model without ``ref_model``, the model with its adapter disabled).
 5. ``epochs`` passes over the mini-batches; each mini-batch is one optimizer step, gradients
-   accumulated over its micro-batches with the loss divided by the mini-batch's policy-token count,
-   then grad-norm clipping and ``optimizer.step()``.
+   accumulated over its micro-batches with the loss normalised over the mini-batch (its policy-token
+   count, or per group or per row: ``loss_normalization``, `rl.plan.row_divisors`), then grad-norm
+   clipping and ``optimizer.step()``.
+6. Divergence guard: a non-finite loss or gradient norm stops the update before its optimizer step, and
+   non-finite weights right after one (`DivergenceError`, naming the step and the likely cause). Nothing
+   downstream would notice otherwise: a NaN policy is checkpointed, samples garbage, and the run goes on.
 
 Data-parallel (``accelerator``, an `accelerate.Accelerator` over several processes; `stages.distributed_update`):
 every process holds the whole batch and the same weights, and takes micro-batches ``rank, rank + world,
@@ -51,11 +55,13 @@ from torch import Tensor, nn
 
 from coevolve.rl.advantages import group_advantages
 from coevolve.rl.batch import SampleBatch
+from coevolve.rl.divergence import DivergenceError, Guard, finite_weights
 from coevolve.rl.logprobs import token_logprobs
-from coevolve.rl.loss import LossMetrics, grpo_loss
-from coevolve.rl.plan import Plan, Shard, plan_update, shard_plan, trainable_rows
+from coevolve.rl.loss import grpo_loss
+from coevolve.rl.plan import LossNormalization, Plan, Shard, plan_update, shard_plan, trainable_rows
 from coevolve.rl.sharding import is_sharded
 from coevolve.rl.shared_prefix import shared_prefix_logprobs, supports_shared_prefix
+from coevolve.rl.update_metrics import MetricsSum
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,7 @@ class UpdateHyperparams:
     temperature: float = 1.0  # sampling temperature of the rollouts
     weight_decay: float = 0.0
     shared_prefix: bool = True  # encode a group's common prefix once (exact; plain path if unsupported)
+    loss_normalization: LossNormalization = "batch_tokens"  # what a step's token losses are divided by
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,8 @@ class UpdateResult:
     loss/pg_loss: mean over optimizer steps of the mini-batch loss; kl, clip and ratio stats:
     token-weighted means over every micro-batch of every epoch; grad_norm: mean pre-clip norm;
     tokens: policy tokens of the trained rows (counted once, not per epoch); samples: rows in the
-    batch; trained_samples: rows used in the gradient.
+    batch; trained_samples: rows used in the gradient; steps: each optimizer step's loss, KL, clip ratios,
+    entropy estimate, completion length, grad norm and learning rate (`rl.update_metrics.step_record`).
     """
 
     loss: float
@@ -101,6 +109,7 @@ class UpdateResult:
     groups_with_signal: int
     optimizer_steps: int
     seconds: float
+    steps: tuple[dict[str, float], ...] = ()  # one record per optimizer step (`rl.update_metrics`)
 
     def as_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -186,58 +195,18 @@ def _reference_logprobs(
         )
 
 
-class _MetricsSum:
-    """Accumulates `LossMetrics` of micro-batches into `UpdateResult` averages."""
-
-    def __init__(self) -> None:
-        self.weighted = dict.fromkeys(
-            ("kl", "clip_fraction", "clip_low_fraction", "clip_high_fraction", "ratio_mean"), 0.0
-        )
-        self.tokens = 0
-        self.step_loss = self.step_pg = 0.0
-        self.losses: list[tuple[float, float, float]] = []  # (loss, pg_loss, grad_norm) per step
-
-    def add(self, m: LossMetrics) -> None:
-        for key in self.weighted:
-            self.weighted[key] += getattr(m, key) * m.tokens
-        self.tokens += m.tokens
-        self.step_loss += m.loss
-        self.step_pg += m.pg_loss
-
-    def end_step(self, grad_norm: float) -> None:
-        self.losses.append((self.step_loss, self.step_pg, grad_norm))
-        self.step_loss = self.step_pg = 0.0
-
-    def summed_over(self, accelerator: Any) -> _MetricsSum:
-        """The sums of every process (each process ran different micro-batches of the same steps)."""
-        keys = list(self.weighted)
-        local = torch.tensor(
-            [self.weighted[k] for k in keys] + [float(self.tokens)] + [x for s in self.losses for x in s[:2]],
-            dtype=torch.float64, device=accelerator.device,
-        )  # fmt: skip
-        total = accelerator.reduce(local, reduction="sum").tolist()
-        out = _MetricsSum()
-        out.weighted = dict(zip(keys, total[: len(keys)], strict=True))
-        out.tokens = int(total[len(keys)])
-        steps = total[len(keys) + 1 :]
-        out.losses = [(steps[2 * i], steps[2 * i + 1], grad) for i, (_, _, grad) in enumerate(self.losses)]
-        return out
-
-    def summary(self) -> dict[str, float]:
-        steps = max(1, len(self.losses))
-        out = {k: v / max(1, self.tokens) for k, v in self.weighted.items()}
-        out["loss"] = sum(s[0] for s in self.losses) / steps
-        out["pg_loss"] = sum(s[1] for s in self.losses) / steps
-        out["grad_norm"] = sum(s[2] for s in self.losses) / steps
-        return out
-
-
-def _optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float | None) -> float:
+def _optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float | None,
+                    guard: Guard, step: int, accelerator: Any | None) -> float:
+    """Clip, step and check: a non-finite gradient norm (the same on every process) stops before the step,
+    non-finite weights right after it."""
     params = [p for p in model.parameters() if p.requires_grad]
     limit = max_grad_norm if max_grad_norm and max_grad_norm > 0 else float("inf")
     norm = torch.nn.utils.clip_grad_norm_(params, limit)
     grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # sharded: a DTensor
+    guard.check(step, "grad_norm", grad_norm)
     optimizer.step()
+    if not finite_weights(model, accelerator):
+        raise DivergenceError(step, guard.steps, "weights", guard.lr)
     return grad_norm
 
 
@@ -250,16 +219,20 @@ def _mini_batch_step(
     old: list[Tensor] | None,
     ref: list[Tensor] | None,
     hp: UpdateHyperparams,
-    acc: _MetricsSum,
+    acc: MetricsSum,
     progress: Callable[[int], object] | None,
     shared_prefix: bool,
     accelerator: Any | None,
+    guard: Guard,
 ) -> None:
     """One optimizer step: gradients accumulated over this process's micro-batches of a mini-batch.
 
     Every micro-batch loss is divided by the policy-token count of the whole mini-batch, so the
-    accumulated gradient is that of the token-level-normalised mini-batch loss.
+    accumulated gradient is that of the token-level-normalised mini-batch loss. In one process a non-finite
+    loss stops before the step; over several, each holds only its own micro-batches' loss, so the gradient
+    norm, which a NaN loss makes NaN after the sum and which every process shares, stops them all together.
     """
+    step = len(acc.steps) + 1
     device = _device(model)
     optimizer.zero_grad(set_to_none=True)
     for u, micro in enumerate(mini.micro):
@@ -267,10 +240,11 @@ def _mini_batch_step(
         lp = micro_batch_logprobs(model, batch, micro, temperature=hp.temperature, shared_prefix=shared_prefix)
         loss, metrics = grpo_loss(
             lp, lp.detach() if old is None else old[u], None if ref is None else ref[u], adv[micro].to(device), padded.loss_mask,
-            clip_low=hp.clip_low, clip_high=hp.clip_high, beta=hp.beta, num_tokens=mini.num_tokens,
+            clip_low=hp.clip_low, clip_high=hp.clip_high, beta=hp.beta, num_tokens=mini.normaliser(micro),
         )  # fmt: skip
         loss.backward()
-        acc.add(metrics)
+        neg_logp = -torch.where(padded.loss_mask.bool(), lp.detach(), 0.0).sum()  # the entropy estimate's sum
+        acc.add(metrics, float(neg_logp), len(micro))
         if progress is not None:
             progress(len(micro))
     for micro in mini.padding:  # sharded weights: as many passes as the busiest process, adding nothing
@@ -282,7 +256,10 @@ def _mini_batch_step(
                 p.grad.mul_(accelerator.num_processes)
     elif accelerator is not None:
         _sum_gradients(model, accelerator)
-    acc.end_step(_optimizer_step(model, optimizer, hp.max_grad_norm))
+    if accelerator is None:
+        guard.check(step, "loss", acc.step_loss)
+    lr = float(optimizer.param_groups[0]["lr"])  # the rate this step uses
+    acc.end_step(_optimizer_step(model, optimizer, hp.max_grad_norm, guard, step, accelerator), lr)
 
 
 def _sum_gradients(model: nn.Module, accelerator: Any) -> None:
@@ -311,7 +288,8 @@ def grpo_update(
     ``progress(advance)`` is called after each micro-batch with its number of rows; the total over
     the update is `progress_total` (this process's share with an ``accelerator``). The model's
     train/eval mode is restored afterwards. ``accelerator``: data-parallel over its processes (every
-    process passes the same weights, optimizer state and batch; see the module docstring).
+    process passes the same weights, optimizer state and batch; see the module docstring). Raises
+    `DivergenceError` at the first non-finite loss, gradient norm or weights.
     """
     start = time.perf_counter()
     if hp.beta > 0 and ref_model is None and not _is_peft(model):
@@ -324,13 +302,13 @@ def grpo_update(
     shared = hp.shared_prefix and supports_shared_prefix(model)
     plan = plan_update(batch, rows, hp.mini_batches, hp.micro_batch_size, by_group=shared) if rows else []
     if accelerator is None:
-        shards = shard_plan(batch, plan)
+        shards = shard_plan(batch, plan, normalization=hp.loss_normalization)
     else:
         shards = shard_plan(batch, plan, accelerator.process_index, accelerator.num_processes,
-                            lockstep=is_sharded(model))  # fmt: skip
+                            lockstep=is_sharded(model), normalization=hp.loss_normalization)  # fmt: skip
     local_plan = [shard.micro + shard.padding for shard in shards]
     group_ids = torch.tensor(batch.group_ids, dtype=torch.long)
-    acc = _MetricsSum()
+    acc = MetricsSum()
 
     if plan:
         # one epoch: the first mini-batch steps from the weights its old log-probs would be computed with,
@@ -342,14 +320,16 @@ def grpo_update(
         ref = _reference_logprobs(model, ref_model, batch, local_plan, hp)
         was_training = model.training
         model.train()
-        for _ in range(hp.epochs):
-            for m, shard in enumerate(shards):
-                mini_ref = None if ref is None else ref[m]
-                _mini_batch_step(
-                    model, optimizer, batch, shard, adv, old[m], mini_ref, hp, acc, progress, shared, accelerator
-                )
-        optimizer.zero_grad(set_to_none=True)
-        model.train(was_training)
+        guard = Guard(steps=hp.epochs * len(shards), lr=float(optimizer.param_groups[0]["lr"]))
+        try:
+            for _ in range(hp.epochs):
+                for m, shard in enumerate(shards):
+                    mini_ref = None if ref is None else ref[m]
+                    _mini_batch_step(model, optimizer, batch, shard, adv, old[m], mini_ref, hp, acc, progress,
+                                     shared, accelerator, guard)  # fmt: skip
+        finally:  # a DivergenceError too leaves no gradients behind
+            optimizer.zero_grad(set_to_none=True)
+            model.train(was_training)
     if accelerator is not None:
         acc = acc.summed_over(accelerator)
 
@@ -362,6 +342,7 @@ def grpo_update(
         trained_samples=len(rows),
         groups=int(group_ids.unique().numel()),
         groups_with_signal=int(signal.numel()),
-        optimizer_steps=len(acc.losses),
+        optimizer_steps=len(acc.steps),
         seconds=time.perf_counter() - start,
+        steps=acc.step_records(),
     )

@@ -1,6 +1,6 @@
 """The stages, one module each, and which of them a round runs, in order.
 
-Round r: [bootstrap-explore -> bootstrap-triples -> bootstrap-abstract -> bootstrap-verify when
+Round r: [warm-start when the config has a `warm_start` section; bootstrap-explore -> bootstrap-triples -> bootstrap-abstract -> bootstrap-verify when
 `dataset.bootstrap_tasks` > 0, then bootstrap, then baseline: round 0 only] -> rollout -> [signals ->
 explore -> triples -> abstract -> verify -> merge every `evolve.every` rounds] -> grpo_update ->
 [evaluate every `eval.every` rounds]. With `evolve.verify_after_update` the evolution follows grpo_update.
@@ -24,6 +24,7 @@ from coevolve.stages.rollout import ROLLOUT
 from coevolve.stages.signals import SIGNALS
 from coevolve.stages.triples import BOOTSTRAP_TRIPLES, TRIPLES
 from coevolve.stages.verify import BOOTSTRAP_VERIFY, VERIFY
+from coevolve.stages.warm_start import WARM_START
 
 EVOLUTION: tuple[StageDef, ...] = (SIGNALS, EXPLORE, TRIPLES, ABSTRACT, VERIFY, MERGE)
 """The data-evolution phases, in dependency order."""
@@ -32,7 +33,7 @@ BOOTSTRAP_EVOLUTION: tuple[StageDef, ...] = (BOOTSTRAP_EXPLORE, BOOTSTRAP_TRIPLE
 """The same phases, unguided, that synthesize D_0's tasks in round 0 before any rollout."""
 
 STAGES: dict[str, StageDef] = {
-    s.name: s for s in (*BOOTSTRAP_EVOLUTION, BOOTSTRAP, BASELINE, ROLLOUT, *EVOLUTION, GRPO_UPDATE, EVALUATE)
+    s.name: s for s in (WARM_START, *BOOTSTRAP_EVOLUTION, BOOTSTRAP, BASELINE, ROLLOUT, *EVOLUTION, GRPO_UPDATE, EVALUATE)
 }
 
 
@@ -53,6 +54,7 @@ def round_plan(config: CoevolveConfig, round_: int) -> list[StageDef]:
     """The stages round `round_` runs, in dependency order."""
     plan: list[StageDef] = []
     if round_ == 0:
+        plan += [WARM_START] if config.warm_start.policy_tasks or config.warm_start.teacher_tasks else []
         plan += [*BOOTSTRAP_EVOLUTION] if config.dataset.bootstrap_tasks else []
         plan.append(BOOTSTRAP)
         if config.eval.baseline and config.eval.every:

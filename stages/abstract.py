@@ -4,7 +4,7 @@ For every group (one exploration context; with `abstract.single_calls` also each
 teacher answers with a JSON array of tasks; every reply is kept raw next to its parse result, and an
 unparsable reply, an invalid task and a near-duplicate (of another candidate or of a task the dataset
 holds) are `candidates` rows with their status and reason (`evolution.abstraction`).
-With `evolve.curriculum: oracle` (not CoEvolve) the candidates are fresh generator tasks of the families
+With `evolve.curriculum: oracle` or `oracle-gap` (not CoEvolve) the candidates are fresh generator tasks of the families
 the explorations name (`evolution.curriculum`), `abstract.max_tasks_per_group` per exploration.
 `bootstrap-abstract` does the same for round 0's bootstrap exploration, against the seed tasks.
 
@@ -18,24 +18,24 @@ from coevolve.envs.base import Task
 from coevolve.evolution.abstraction import abstract_groups, build_groups, mark_duplicates, single_call_groups
 from coevolve.evolution.curriculum import oracle_candidates
 from coevolve.evolution.exploration import explored_tasks
-from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.declared import StageContext
 from coevolve.pipeline.stage import Artifact, Dataset, EnvTasks, Inputs, StageDef, StageResult, Teacher
 from coevolve.storage.datasets import seed_sample
 
 
-def known_tasks(ctx: RunContext, inputs: Inputs) -> list[Task]:
+def known_tasks(ctx: StageContext, inputs: Inputs) -> list[Task]:
     """The tasks a candidate must not duplicate: the round's dataset, or D_0's seed tasks in the bootstrap."""
     if "dataset" in inputs:
         dataset = inputs["dataset"]
         return [Task.from_row(row) for row in dataset.task_rows(dataset.task_ids())]
     cfg = ctx.config.dataset
     seeds = inputs["seed"].get(cfg.seed_split, []) if cfg.seed_split else []
-    return seed_sample(seeds, cfg.max_tasks, ctx.config.run.seed)
+    return seed_sample(seeds, cfg.max_tasks, ctx.config.d0_sample_seed)
 
 
-def compute_abstract(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
+def compute_abstract(ctx: StageContext, round_: int, inputs: Inputs) -> StageResult:
     cfg = ctx.config.abstract
-    if ctx.config.evolve.curriculum == "oracle":  # not CoEvolve: fresh generator tasks of the families
+    if ctx.config.evolve.curriculum != "teacher":  # not CoEvolve: fresh generator tasks of the families
         rows = oracle_candidates(ctx.make_env(), inputs["explorations"].rows(), per_target=cfg.max_tasks_per_group,
                                  stream=f"{ctx.run}:{round_}")
         rows = mark_duplicates(rows, known_tasks(ctx, inputs), cfg.duplicate_jaccard)
@@ -69,7 +69,7 @@ ABSTRACT = StageDef(
 
 BOOTSTRAP_ABSTRACT = StageDef(
     "bootstrap-abstract", 1,
-    config=(*CONFIG, "dataset.seed_split", "dataset.max_tasks"),
+    config=(*CONFIG, "dataset.seed_split", "dataset.max_tasks", "dataset.sample_seed"),
     reads={"triples": Artifact("bootstrap-triples", "triples"),
            "explorations": Artifact("bootstrap-explore", "explorations"),
            "seed": EnvTasks("dataset.seed_split"), "teacher": Teacher(base=True)},

@@ -15,14 +15,14 @@ Every task gets weight 1. Writes `tasks` and `datasets` version 0.
 from __future__ import annotations
 
 from coevolve.evolution.merging import admitted_tasks
-from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.declared import StageContext
 from coevolve.pipeline.stage import Artifact, EnvTasks, Inputs, StageDef, StageResult, When
 from coevolve.storage.datasets import seed_sample
 
 
-def build_seed_dataset(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
+def build_seed_dataset(ctx: StageContext, round_: int, inputs: Inputs) -> StageResult:
     cfg = ctx.config.dataset
-    seeds = seed_sample(inputs["seed"].get(cfg.seed_split, []), cfg.max_tasks, ctx.config.run.seed)
+    seeds = seed_sample(inputs["seed"].get(cfg.seed_split, []), cfg.max_tasks, ctx.config.d0_sample_seed)
     rows = [{**t.to_row(), "source": "seed"} for t in seeds]
     if inputs["verifications"] is not None:
         admitted = admitted_tasks(inputs["verifications"].rows(), ctx.config.merge.admit, {t.id for t in seeds})
@@ -34,7 +34,8 @@ def build_seed_dataset(ctx: RunContext, round_: int, inputs: Inputs) -> StageRes
 
 BOOTSTRAP = StageDef(
     "bootstrap", 2,
-    config=("dataset.seed_split", "dataset.max_tasks", "dataset.bootstrap_tasks", "merge.admit", "run.seed"),
+    config=("dataset.seed_split", "dataset.max_tasks", "dataset.sample_seed", "dataset.bootstrap_tasks", "merge.admit",
+            "run.seed"),
     reads={"seed": EnvTasks("dataset.seed_split"),
            "verifications": When("dataset.bootstrap_tasks", Artifact("bootstrap-verify", "verifications"))},
     compute=build_seed_dataset,

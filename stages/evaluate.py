@@ -18,7 +18,7 @@ from coevolve.config import CoevolveConfig
 from coevolve.core import round_seed
 from coevolve.envs.base import Task
 from coevolve.llm.engine import SamplingParams
-from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.declared import StageContext
 from coevolve.pipeline.stage import EnvTasks, Inputs, Policy, StageDef, StageResult
 
 CONFIG = ("eval", "env", "model", "rollout.temperature", "rollout.max_new_tokens", "rollout.max_replies",
@@ -44,7 +44,7 @@ def eval_settings(config: CoevolveConfig, round_: int) -> tuple[SamplingParams, 
     return sampling, EpisodeLimits(rollout.max_replies, rollout.max_context_tokens)
 
 
-def evaluate_policy(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
+def evaluate_policy(ctx: StageContext, round_: int, inputs: Inputs) -> StageResult:
     cfg = ctx.config.eval
     sampling, limits = eval_settings(ctx.config, round_)
     tasks = {split: eval_sample(split_tasks, split, cfg.max_tasks) for split, split_tasks in inputs["tasks"].items()}

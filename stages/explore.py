@@ -10,7 +10,8 @@ explored task) and the episodes as `trajectories`/`steps` with source `explore`.
 worlds of the round's dataset are explored under a generic request and a few random tools.
 
 `evolve.curriculum: oracle` (not CoEvolve: the learning benchmark's ceiling) selects the same signals but
-explores nothing: its rows name the families the abstract stage then draws fresh tasks of.
+explores nothing: its rows name the families the abstract stage then draws fresh tasks of. `oracle-gap`
+(the coverage experiment's ceiling) names a family of the environment's coverage gap in each row instead.
 
 `bootstrap-explore` is the same stage in round 0 before any rollout: unguided exploration of
 `dataset.bootstrap_worlds` worlds of `dataset.bootstrap_split` by the teacher of the initial policy, the
@@ -27,7 +28,7 @@ from coevolve.agents.teacher import Teacher as TeacherLLM
 from coevolve.core import content_hash, round_seed
 from coevolve.envs.base import Task
 from coevolve.evolution.curriculum import TEACHER as ORACLE
-from coevolve.evolution.curriculum import oracle_explorations
+from coevolve.evolution.curriculum import gap_explorations, oracle_explorations
 from coevolve.evolution.exploration import (
     Target,
     exploration_artifacts,
@@ -36,7 +37,7 @@ from coevolve.evolution.exploration import (
     select_signals,
     unguided_target,
 )
-from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.declared import StageContext
 from coevolve.pipeline.stage import (
     Artifact,
     Dataset,
@@ -51,7 +52,7 @@ from coevolve.pipeline.stage import (
 OUTCOME_COLUMNS = ["trajectory_id", "sample", "reward", "success"]
 
 
-def signal_targets(ctx: RunContext, round_: int, inputs: Inputs) -> list[Target]:
+def signal_targets(ctx: StageContext, round_: int, inputs: Inputs) -> list[Target]:
     """The signal-marked trajectories to explore, each with its task, steps, outcome and evidence."""
     signals = inputs["signals"].rows()
     rounds = sorted({s["trajectory_round"] for s in signals})
@@ -75,7 +76,7 @@ def signal_targets(ctx: RunContext, round_: int, inputs: Inputs) -> list[Target]
     return targets
 
 
-def unguided_targets(ctx: RunContext, round_: int, worlds: list[Task], n: int, *, kind: str) -> list[Target]:
+def unguided_targets(ctx: StageContext, round_: int, worlds: list[Task], n: int, *, kind: str) -> list[Target]:
     """`n` random worlds (initial states) of `worlds`, explored under a generic request and a few random
     tools. Within the run's dataset (`kind` unguided) an exploration keeps the world task's id; the bootstrap
     of D_0 names its own. The teacher never sees the world task's own request or solution."""
@@ -88,7 +89,7 @@ def unguided_targets(ctx: RunContext, round_: int, worlds: list[Task], n: int, *
     ]
 
 
-def explore_targets(ctx: RunContext, round_: int, teacher: TeacherLLM, targets: list[Target],
+def explore_targets(ctx: StageContext, round_: int, teacher: TeacherLLM, targets: list[Target],
                     purpose: str) -> StageResult:
     cfg = ctx.config.explore
     with ctx.progress(f"round {round_} {purpose}", len(targets) * cfg.rounds) as advance:
@@ -102,9 +103,15 @@ def explore_targets(ctx: RunContext, round_: int, teacher: TeacherLLM, targets: 
     return StageResult(artifacts, outputs)
 
 
-def compute_explore(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
-    if ctx.config.evolve.curriculum == "oracle":  # not CoEvolve: the ceiling of the learning benchmark
-        explorations = oracle_explorations(signal_targets(ctx, round_, inputs))
+def compute_explore(ctx: StageContext, round_: int, inputs: Inputs) -> StageResult:
+    if ctx.config.evolve.curriculum != "teacher":  # not CoEvolve: the ceilings of the learning benchmark
+        targets = signal_targets(ctx, round_, inputs)
+        if ctx.config.evolve.curriculum == "oracle-gap":
+            evolution = (round_ + 1) // ctx.config.evolve.every - 1  # the run's evolutions so far
+            explorations = gap_explorations(targets, list(ctx.config.gap_families),
+                                            evolution * ctx.config.explore.max_explorations)  # fmt: skip
+        else:
+            explorations = oracle_explorations(targets)
         artifacts = exploration_artifacts(explorations, run=ctx.run, round_=round_, teacher=ORACLE)
         return StageResult(artifacts, {"explorations": len(explorations), "contexts": 0, "episodes": 0})
     if ctx.config.explore.guided:
@@ -116,7 +123,7 @@ def compute_explore(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult
     return explore_targets(ctx, round_, inputs["teacher"], targets, "explore")
 
 
-def compute_bootstrap_explore(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
+def compute_bootstrap_explore(ctx: StageContext, round_: int, inputs: Inputs) -> StageResult:
     worlds = inputs["worlds"][ctx.config.dataset.bootstrap_split]
     targets = unguided_targets(ctx, round_, worlds, ctx.config.dataset.bootstrap_worlds, kind="bootstrap")
     return explore_targets(ctx, round_, inputs["teacher"], targets, "bootstrap-explore")
@@ -126,7 +133,7 @@ CONFIG = ("explore", "evolve.curriculum", "teacher", "env", "run.seed")
 
 EXPLORE = StageDef(
     "explore", 3,
-    config=(*CONFIG, "signals.kinds"),
+    config=(*CONFIG, "signals.kinds", "evolve.every"),
     reads={
         "signals": Artifact("signals", "signals"),
         "trajectories": Artifact("rollout", "trajectories", rounds_so_far),

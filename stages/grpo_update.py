@@ -3,30 +3,57 @@
 Reads `samples` of rollout r and the policy after round r-1; trains the in-memory model (the engine's
 own model object on CPU), saves a checkpoint in HF layout under `checkpoints/round=r/`, and writes one
 `updates` row. The new policy version is derived from this stage's cache key, so a resumed run finds
-exactly the checkpoint that belongs to its inputs.
+exactly the checkpoint that belongs to its inputs. The manifest and the row name the checkpoint relative
+to the run's folder (`checkpoints/round=r`), and the manifest records the sha256 of each of its files: a
+runs folder moved or copied continues with its own weights, and weights that are not those are refused.
 
 With `train.accelerate_config` the update runs under `accelerate launch` instead
 (`executors.accelerate_update`, log in `checkpoints/round=r.launch/`), and the in-memory policy then loads
 the checkpoint it wrote.
+
+The manifest's outputs carry the update's per-optimizer-step metrics (`steps`, `rl.update_metrics`) and
+its group count beside the `updates` row's values: `flows.tracking` logs them per step, `flows.summary` per
+round.
+
+Only the newest checkpoint of the run keeps its optimizer state (`optimizer.pt`, twice the weights' size):
+once this round's checkpoint is saved, the optimizer state of every other checkpoint of the run is deleted
+(`rl.checkpoint.drop_optimizer_state`, which leaves a note), and their grpo_update manifests stop recording
+it; their weights stay as recorded, and load as before. A run continues from its newest checkpoint (in
+memory, or from its `optimizer.pt` after a restart), so nothing changes for it. An update that continues
+from an older round's weights (`coevolve stage grpo_update --round R --force` of an older round, a fork
+from an older round) starts its optimizer fresh instead, and says so in one line; with an accelerate
+config that shards the weights (FSDP) it is refused in one line.
+
+An update that diverges (a non-finite loss, gradient norm or weights, `rl.divergence.DivergenceError`) stops
+before anything is saved, as one `UpdateDivergedError` naming the round, the optimizer step and the likely
+cause: no checkpoint, no manifest, so the run continues from this update once the config is changed.
 
     coevolve stage grpo_update --run demo --round 1
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.declared import StageContext
 from coevolve.pipeline.stage import Artifact, Inputs, Policy, StageDef, StageResult
+from coevolve.storage.layout import checkpoint_name
+from coevolve.storage.parquet import ArtifactError
 
 if TYPE_CHECKING:
     from coevolve.agents.policy import Policy as PolicyModel
+    from coevolve.rl.divergence import DivergenceError
 
 
-def update_policy(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
+class UpdateDivergedError(ArtifactError):
+    """A round's GRPO update diverged; nothing of it was saved (shown as one paragraph by the CLI)."""
+
+
+def update_policy(ctx: StageContext, round_: int, inputs: Inputs) -> StageResult:
     from coevolve.rl.batch import samples_batch
     from coevolve.rl.checkpoint import remove_leftovers
 
@@ -43,51 +70,121 @@ def update_policy(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
         metrics = _in_process_update(ctx, round_, policy, samples_batch(inputs["samples"].table()), checkpoint)
         policy.publish(version, checkpoint)
     _prune_checkpoints(ctx, round_)
+    _drop_older_optimizer_states(ctx)
     row = {
         "step": round_, "base_version": base, "policy_version": version,
         "loss": metrics["loss"], "pg_loss": metrics["pg_loss"], "kl": metrics["kl"],
         "clip_fraction": metrics["clip_fraction"], "grad_norm": metrics["grad_norm"], "lr": metrics["lr"],
         "tokens": int(metrics["tokens"]), "samples": int(metrics["samples"]),
         "groups_with_signal": int(metrics["groups_with_signal"]), "seconds": time.perf_counter() - started,
-        "checkpoint": str(checkpoint),
+        "checkpoint": checkpoint_name(round_),
     }
-    outputs = {"policy_version": version, "checkpoint": str(checkpoint), **{k: row[k] for k in (
-        "loss", "kl", "grad_norm", "tokens", "groups_with_signal", "seconds")}}
+    outputs = {"policy_version": version, "checkpoint": checkpoint_name(round_), **{k: row[k] for k in (
+        "loss", "kl", "grad_norm", "tokens", "groups_with_signal", "seconds")},
+        "groups": int(metrics["groups"]), "steps": list(metrics.get("steps", ()))}  # steps: for trackers
     return StageResult({"updates": [row]}, outputs, folders=(checkpoint,))
 
 
-def _in_process_update(ctx: RunContext, round_: int, policy: PolicyModel, batch: Any,
+def _in_process_update(ctx: StageContext, round_: int, policy: PolicyModel, batch: Any,
                        checkpoint: Path) -> dict[str, float]:
     from coevolve.agents.policy import update_hyperparams
     from coevolve.rl.checkpoint import save_checkpoint
+    from coevolve.rl.divergence import DivergenceError
     from coevolve.rl.update import grpo_update, progress_total
 
     hp = update_hyperparams(ctx.config)
     reference = policy.reference_model() if hp.beta > 0 else None
-    with ctx.progress(f"round {round_} update", progress_total(batch, hp)) as advance:
-        result = grpo_update(policy.model, reference, policy.make_optimizer(), batch, hp, progress=advance)
+    if (policy.optimizer is None or not policy.optimizer.state) and _optimizer_dropped_before(ctx, round_):
+        _say_fresh_optimizer(ctx, round_)  # not continued in memory, and no saved state to continue
+    try:
+        with ctx.progress(f"round {round_} update", progress_total(batch, hp)) as advance:
+            result = grpo_update(policy.model, reference, policy.make_optimizer(), batch, hp, progress=advance)
+    except DivergenceError as exc:
+        policy.version = ""  # its weights are no version's any more: the next stage that needs one reloads it
+        raise diverged(ctx, round_, exc) from None
     save_checkpoint(policy.model, policy.tokenizer, policy.optimizer, checkpoint)
     return result.as_dict()
 
 
-def _launched_update(ctx: RunContext, round_: int, checkpoint: Path) -> dict[str, float]:
+def diverged(ctx: StageContext, round_: int, exc: DivergenceError) -> UpdateDivergedError:
+    """The one paragraph a diverged update shows: round, step, cause, and the command that continues."""
+    train = ctx.config.train
+    return UpdateDivergedError(
+        f"round {round_} of run '{ctx.run}': {exc}. Nothing of this update was saved (no checkpoint, no "
+        f"grpo_update manifest). Change the config (train.lr {train.lr:g}, train.max_grad_norm "
+        f"{train.max_grad_norm:g}, train.beta {train.beta:g}) and continue, e.g. "
+        f"`coevolve run --run {ctx.run} --set train.lr={train.lr / 10:g}`."
+    )
+
+
+def _launched_update(ctx: StageContext, round_: int, checkpoint: Path) -> dict[str, float]:
     """The update under `accelerate launch` (`executors.accelerate_update`), its log under the round's
     checkpoint folder."""
-    from coevolve.executors.accelerate_update import launch_update
+    from coevolve.config import find_config
+    from coevolve.executors.accelerate_update import launch_update, sharding_of
 
+    if _optimizer_dropped_before(ctx, round_):
+        if sharding_of(find_config(ctx.config.train.accelerate_config or "")) is not None:
+            raise ArtifactError(
+                f"round {round_} of run '{ctx.run}': the update continues from round {round_ - 1}'s "
+                f"checkpoint, whose optimizer state was dropped (only a run's newest checkpoint keeps one), "
+                f"and a sharded (FSDP) update cannot start it fresh; run it with a data-parallel "
+                f"train.accelerate_config or in process (train.accelerate_config=null)"
+            )
+        _say_fresh_optimizer(ctx, round_)
     job_dir = checkpoint.with_name(f"{checkpoint.name}.launch")
     if not ctx.quiet:
         print(f"round {round_} update: accelerate launch ({ctx.config.train.accelerate_config}), log {job_dir}")
-    return launch_update(ctx.config, root=ctx.store.layout.root, run=ctx.run, round_=round_,
-                         previous=ctx.policy_after(round_ - 1), checkpoint=checkpoint, job_dir=job_dir)  # fmt: skip
+    return launch_update(ctx.launch_config, root=ctx.store.layout.root, run=ctx.run, round_=round_,
+                         previous=ctx.checked_policy_after(round_ - 1), checkpoint=checkpoint,
+                         job_dir=job_dir)  # fmt: skip
 
 
-def _prune_checkpoints(ctx: RunContext, round_: int) -> None:
+def _prune_checkpoints(ctx: StageContext, round_: int) -> None:
     keep = ctx.config.train.keep_checkpoints
     for old in range(round_ - keep, -1, -1):
         directory = ctx.store.layout.checkpoint_dir(old)
         if directory.exists():
             shutil.rmtree(directory, ignore_errors=True)
+
+
+def _optimizer_dropped_before(ctx: StageContext, round_: int) -> bool:
+    """Whether the update of `round_` continues from a checkpoint whose optimizer state was dropped
+    (`_drop_older_optimizer_states`): its optimizer then starts fresh."""
+    from coevolve.rl.checkpoint import OPTIMIZER_FILE, optimizer_dropped
+
+    previous = ctx.policy_after(round_ - 1)[1]
+    if previous is None or (previous / OPTIMIZER_FILE).is_file():
+        return False
+    return optimizer_dropped(previous) is not None
+
+
+def _say_fresh_optimizer(ctx: StageContext, round_: int) -> None:
+    if not ctx.quiet:
+        print(f"round {round_} update: the optimizer starts fresh: round {round_ - 1}'s checkpoint kept no "
+              f"optimizer state (only the newest checkpoint of a run keeps one)", flush=True)
+
+
+def _drop_older_optimizer_states(ctx: StageContext) -> None:
+    """Keep optimizer state in the run's newest checkpoint only (see the module docstring): each other
+    checkpoint's grpo_update manifest first stops recording its optimizer.pt (a crash in between leaves a
+    file nobody checks), then the file goes."""
+    from coevolve.rl.checkpoint import OPTIMIZER_FILE, drop_optimizer_state
+
+    found = {int(m.group(1)): d for d in ctx.store.layout.checkpoint_dir(0).parent.glob("round=*")
+             if d.is_dir() and (m := re.fullmatch(r"round=(\d+)", d.name))}  # fmt: skip
+    if not found:
+        return
+    newest = found[max(found)]
+    for old, directory in sorted(found.items()):
+        if directory == newest or not (directory / OPTIMIZER_FILE).is_file():
+            continue
+        manifest = ctx.store.manifest(old, "grpo_update")
+        refs = None if manifest is None else manifest.files.get(checkpoint_name(old))
+        if refs is not None and OPTIMIZER_FILE in refs:
+            del refs[OPTIMIZER_FILE]
+            ctx.store.write_manifest(manifest)
+        drop_optimizer_state(directory, newest)
 
 
 GRPO_UPDATE = StageDef(

@@ -14,11 +14,11 @@ Rounds after r train on this version.
 from __future__ import annotations
 
 from coevolve.evolution.merging import admitted_tasks, merge_dataset, solved_shares
-from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.declared import StageContext
 from coevolve.pipeline.stage import Artifact, Dataset, Inputs, StageDef, StageResult
 
 
-def compute_merge(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
+def compute_merge(ctx: StageContext, round_: int, inputs: Inputs) -> StageResult:
     cfg = ctx.config.merge
     previous = [
         {k: row[k] for k in ("task_id", "weight", "added_round")} for row in inputs["dataset"].table.to_pylist()

@@ -17,7 +17,7 @@ from coevolve.agents.ledger import sample_rows, step_rows, trajectory_rows
 from coevolve.core import round_seed
 from coevolve.envs.base import Task
 from coevolve.llm.engine import SamplingParams
-from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.declared import StageContext
 from coevolve.pipeline.stage import Dataset, Inputs, Policy, StageDef, StageResult
 from coevolve.storage.datasets import sample_task_ids
 
@@ -32,7 +32,7 @@ def check_single_version(episodes: list[Episode], expected: str, round_: int) ->
         )
 
 
-def roll_out(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
+def roll_out(ctx: StageContext, round_: int, inputs: Inputs) -> StageResult:
     cfg = ctx.config.rollout
     seed = round_seed(ctx.config.run.seed, round_, "rollout")
     dataset = inputs["dataset"]

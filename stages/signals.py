@@ -3,9 +3,10 @@
 Runs the pure rules of `evolution.signals.extract_signals` (forgetting, boundary, rare) once for each
 round since the previous evolution (rounds r-F+1..r, F = `evolve.every`), so no round's rollouts go
 unexamined. Reads the rollout `trajectories` of every round so far (forgetting looks at a task's last W
-*attempted* rounds, which may lie far back when the dataset is large) and the rollout `steps` of the last
-W rounds (rare counts actions over W calendar rounds). With `signals.rare_unused` (not the paper's) it
-also reads the round's dataset, for the tools each marked round's tasks offer. Writes `signals`.
+*attempted* rounds, which may lie far back when the dataset is large) and the rollout `steps` of rounds
+r-F-W+2..r (`rare_window`: rare counts each marked round r' over its own W calendar rounds r'-W+1..r').
+With `signals.rare_unused` (not the paper's) it also reads the round's dataset, for the tools each marked
+round's tasks offer. Writes `signals`.
 
     coevolve stage signals --run demo --round 9
 """
@@ -16,6 +17,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.declared import StageContext
 from coevolve.pipeline.stage import (
     Artifact,
     Dataset,
@@ -24,7 +26,6 @@ from coevolve.pipeline.stage import (
     StageResult,
     When,
     rounds_so_far,
-    signal_window,
 )
 
 if TYPE_CHECKING:
@@ -37,6 +38,18 @@ STEP_COLUMNS = ["trajectory_id", "tool", "step", "call_index"]
 def marked_rounds(round_: int, every: int) -> list[int]:
     """The rounds whose trajectories an evolution in round `round_` examines: those since the previous one."""
     return [r for r in range(round_ + 1) if r > round_ - max(every, 1)]
+
+
+def rare_window(ctx: RunContext, round_: int) -> list[int]:
+    """The rounds whose `steps` the rare rule counts: the union of the marked rounds' own windows.
+
+    Each marked round r' counts actions over r'-W+1..r', so the earliest, r-F+1, reaches back to
+    r-F-W+2. Loading only the last W rounds (r-W+1..r) would cut every earlier round's window short
+    (with F = W = 10 the earliest round counted 1 round of actions instead of 10), inventing and
+    hiding rare patterns. The cache key covers these rounds through the read and W, F through `config`.
+    """
+    first = marked_rounds(round_, ctx.config.evolve.every)[0] - ctx.config.signals.window + 1
+    return [r for r in range(round_ + 1) if r >= first]
 
 
 def ledger_signals(
@@ -65,7 +78,7 @@ def ledger_signals(
     return rows
 
 
-def compute_signals(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
+def compute_signals(ctx: StageContext, round_: int, inputs: Inputs) -> StageResult:
     import polars as pl
 
     cfg = ctx.config.signals
@@ -81,7 +94,7 @@ def compute_signals(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult
     )
 
 
-def offered_tools(ctx: RunContext, dataset, trajectories: pl.DataFrame, rounds: list[int]) -> pl.DataFrame:
+def offered_tools(ctx: StageContext, dataset, trajectories: pl.DataFrame, rounds: list[int]) -> pl.DataFrame:
     """(task_id, tool): the tools each task rolled out in `rounds` offers, from a fresh episode of it."""
     import polars as pl
 
@@ -101,10 +114,10 @@ def offered_tools(ctx: RunContext, dataset, trajectories: pl.DataFrame, rounds: 
 
 SIGNALS = StageDef(
     "signals", 1,
-    config=("signals", "evolve.every"),
+    config=("signals", "evolve.every", "env"),  # env: `signals.rare_unused` resets tasks to list their tools
     reads={
         "trajectories": Artifact("rollout", "trajectories", rounds_so_far),
-        "steps": Artifact("rollout", "steps", signal_window),
+        "steps": Artifact("rollout", "steps", rare_window),
         "dataset": When("signals.rare_unused", Dataset()),
     },
     compute=compute_signals,

@@ -10,11 +10,11 @@ context (`group_id`). `bootstrap-triples` does the same for round 0's `bootstrap
 from __future__ import annotations
 
 from coevolve.evolution.triples import build_triples
-from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.declared import StageContext
 from coevolve.pipeline.stage import Artifact, Inputs, StageDef, StageResult
 
 
-def compute_triples(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
+def compute_triples(ctx: StageContext, round_: int, inputs: Inputs) -> StageResult:
     rows = build_triples(ctx.make_env, inputs["explorations"].rows(), inputs["steps"].rows())
     outputs = {"triples": len(rows), "groups": len({r["group_id"] for r in rows}), "ok_calls": sum(r["ok"] for r in rows)}
     return StageResult({"triples": rows}, outputs)

@@ -16,21 +16,21 @@ from __future__ import annotations
 from coevolve.agents.episodes import EpisodeLimits
 from coevolve.core import round_seed
 from coevolve.evolution.verification import VerifySettings, exploration_lineage, verify_candidates
-from coevolve.pipeline.context import RunContext
+from coevolve.pipeline.declared import StageContext
 from coevolve.pipeline.stage import Artifact, EnvTasks, EvolutionPolicy, Inputs, StageDef, StageResult
 
 
-def settings_of(ctx: RunContext, round_: int, purpose: str) -> VerifySettings:
+def settings_of(ctx: StageContext, round_: int, purpose: str) -> VerifySettings:
     cfg, rollout = ctx.config.verify, ctx.config.rollout
     return VerifySettings(
         cfg.attempts, cfg.greedy, rollout.temperature, rollout.max_new_tokens,
         EpisodeLimits(rollout.max_replies, rollout.max_context_tokens), cfg.contamination_jaccard,
-        round_seed(ctx.config.run.seed, round_, purpose), cfg.enabled, cfg.grounding,
+        round_seed(ctx.config.run.seed, round_, purpose), cfg.enabled, cfg.grounding, cfg.judge,
     )
 
 
 def _verify(purpose: str):
-    def compute(ctx: RunContext, round_: int, inputs: Inputs) -> StageResult:
+    def compute(ctx: StageContext, round_: int, inputs: Inputs) -> StageResult:
         candidates = inputs["candidates"].rows()
         held_out = [task for tasks in inputs["held_out"].values() for task in tasks]
         lineage = exploration_lineage(inputs["explorations"].rows())

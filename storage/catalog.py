@@ -2,14 +2,21 @@
 
 Parquet is the source of truth. `build_catalog(root)` (re)writes `root/catalog.duckdb` with views such as
 
-    CREATE VIEW trajectories AS SELECT * FROM read_parquet('run=*/round=*/stage=*/trajectories.parquet',
+    CREATE VIEW trajectories AS SELECT * FROM read_parquet(
+        <catalog folder> || '/run=*/round=*/stage=*/trajectories.parquet',
         hive_partitioning = true, union_by_name = true)
 
-so `run`, `round` and `stage` come out as columns and new files are seen without rebuilding. The paths
-are relative to the storage root, so the folder can be moved or copied to another machine: open the
-catalog from inside it (`cd runs && duckdb catalog.duckdb`), or from anywhere after
-`SET file_search_path = '<the runs folder>'`. The project's own queries (`query(root, sql)`, `coevolve
-sql`) build the same views in memory with absolute paths and never lock the catalog file.
+so `run`, `round` and `stage` come out as columns and new files are seen without rebuilding. DuckDB resolves
+a relative path against the working directory, never against the database file, so the views compute the
+catalog's folder when queried: `coalesce(getvariable('coevolve_runs'), parse_dirpath(current_setting(
+'temp_directory')))`, DuckDB's documented default temp directory being `<database file>.tmp`. The file
+opens from any directory with any client, and after the folder is moved or copied to another machine; a
+client that sets its own `temp_directory`, or ATTACHes the catalog to another database, first runs
+`SET VARIABLE coevolve_runs = '<the runs folder>'`. The catalog is written under a temporary name and
+renamed, so a reader never sees half of one and a corrupt one is simply replaced (`repair_catalog`).
+
+The project's own queries (`query(root, sql)`, `coevolve sql`, the web view) build the same views in
+memory with absolute paths, never lock the catalog file, and are read-only (`connect`, `query`).
 
 A corrupt or half-written file (its Parquet footer does not parse) would make every query on its view
 fail. Such files are left out: that view lists the readable files explicitly instead of a glob, and
@@ -18,6 +25,7 @@ fail. Such files are left out: that view lists the readable files explicitly ins
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +36,9 @@ import pyarrow.parquet as pq
 from coevolve.storage.schemas import ARTIFACTS
 
 CATALOG = "catalog.duckdb"
+
+CATALOG_FOLDER = "coalesce(getvariable('coevolve_runs'), parse_dirpath(current_setting('temp_directory')))"
+"""SQL for the persisted catalog's folder, evaluated by whoever queries a view (see the module docstring)."""
 
 
 def artifact_glob(root: Path | None, artifact: str) -> str:
@@ -75,16 +86,23 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _in_folder(relative: Path | str) -> str:
+    """SQL for a path under the persisted catalog's folder."""
+    return f"{CATALOG_FOLDER} || {_quote(f'/{relative}')}"
+
+
 def _create_views(
     con: duckdb.DuckDBPyConnection, root: Path, files: ArtifactFiles | None = None, *, relative: bool = False
 ) -> list[str]:
-    """One view per artifact; `relative`: paths relative to `root` (the persisted, portable catalog)."""
+    """One view per artifact; `relative`: paths under `CATALOG_FOLDER` (the persisted, portable catalog)."""
     files = files or ArtifactFiles.scan(root)
     for name, readable in files.readable.items():
-        shown = [path.relative_to(root.resolve()) if relative else path for path in readable]
-        source = _quote(artifact_glob(None if relative else root, name)) if files.complete(name) else (
-            "[" + ", ".join(_quote(str(path)) for path in shown) + "]"
-        )  # fmt: skip
+        if relative:
+            shown = [_in_folder(path.relative_to(root.resolve())) for path in readable]
+            glob = _in_folder(artifact_glob(None, name))
+        else:
+            shown, glob = [_quote(str(path)) for path in readable], _quote(artifact_glob(root, name))
+        source = glob if files.complete(name) else "[" + ", ".join(shown) + "]"
         con.execute(
             f"CREATE OR REPLACE VIEW {name} AS SELECT * FROM read_parquet({source}, "
             "hive_partitioning = true, union_by_name = true)"
@@ -92,34 +110,95 @@ def _create_views(
     return list(files.readable)
 
 
-def build_catalog(root: Path) -> Path | None:
-    """(Re)write `root/catalog.duckdb`; returns its path, or None if another process holds the file."""
+def build_catalog(root: Path) -> Path:
+    """(Re)write `root/catalog.duckdb`; returns its path. Built under a temporary name and renamed over the
+    old file, so a reader never opens half a catalog, one holding the old file does not block the rewrite,
+    and a corrupt file is replaced rather than opened."""
     root.mkdir(parents=True, exist_ok=True)
-    path = root / CATALOG
+    path, scratch = root / CATALOG, root / f".{CATALOG}.{os.getpid()}.tmp"
+    scratch.unlink(missing_ok=True)
     try:
-        con = duckdb.connect(str(path))
-    except duckdb.IOException:
-        return None
-    try:
-        con.execute(f"SET file_search_path = {_quote(str(root.resolve()))}")  # views are bound when created
-        _create_views(con, root, relative=True)
+        with duckdb.connect(str(scratch)) as con:  # its temp_directory is `scratch.tmp`: the same folder
+            _create_views(con, root, relative=True)
+        # an old file's write-ahead log would be replayed onto the new one
+        path.with_name(CATALOG + ".wal").unlink(missing_ok=True)
+        os.replace(scratch, path)
     finally:
-        con.close()
+        scratch.unlink(missing_ok=True)
     return path
 
 
+def catalog_problem(root: Path) -> str | None:
+    """Why `root/catalog.duckdb` needs rebuilding: not a DuckDB database, or views from before they found
+    their folder (paths relative to the working directory). None when absent, sound, or held by a writer."""
+    path = root / CATALOG
+    if not path.exists():
+        return None
+    try:
+        with duckdb.connect(str(path), read_only=True) as con:
+            views = con.execute("SELECT sql FROM duckdb_views() WHERE NOT internal").fetchall()
+    except duckdb.Error as exc:
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return None if "lock" in text.lower() else f"it does not open ({text})"
+    if any("temp_directory" not in sql for (sql,) in views):
+        return "its views read paths relative to the working directory"
+    return None
+
+
+def repair_catalog(root: Path) -> str | None:
+    """Rebuild a corrupt or outdated `root/catalog.duckdb`; returns the one-line warning to show, if any."""
+    problem = catalog_problem(root)
+    if problem is None:
+        return None
+    try:
+        build_catalog(root)
+    except (duckdb.Error, OSError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"warning: {root / CATALOG} is unusable: {problem}; rebuilding it failed: {reason}"
+    return f"warning: {root / CATALOG} was rebuilt: {problem}"
+
+
+def _lock_down(con: duckdb.DuckDBPyConnection, root: Path) -> None:
+    """DuckDB's own guards ("Securing DuckDB"): files are read under `root` only (no read_csv('/etc/..'),
+    no COPY TO or ATTACH elsewhere, no extension loading or Python replacement scans), then the settings
+    are frozen so no SET or RESET gives any of it back. A run folder that is a link to another place (a
+    run shared into a view's root) is allowed where it leads: DuckDB checks the resolved path."""
+    places = sorted({root.resolve(), *(run.resolve() for run in root.glob("run=*") if run.is_dir())})
+    allowed = ", ".join(_quote(str(place).rstrip("/") + "/") for place in places)
+    con.execute(f"SET allowed_directories = [{allowed}]")
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
 def connect(root: Path, files: ArtifactFiles | None = None) -> duckdb.DuckDBPyConnection:
-    """An in-memory connection with every artifact view defined (never locks the catalog file);
-    `files`: a scan of `root` already made (else it is scanned)."""
+    """An in-memory connection with every artifact view defined (never locks the catalog file) that reads
+    files under `root` only and cannot change its settings; `files`: a scan of `root` already made."""
     con = duckdb.connect()
-    _create_views(con, root, files)
+    try:
+        _create_views(con, root, files)
+        _lock_down(con, root)
+    except BaseException:
+        con.close()
+        raise
     return con
 
 
+def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Only SELECT statements (DESCRIBE, SHOW, SUMMARIZE, WITH and VALUES parse as one): the file rules of
+    `connect` still let COPY ... TO write under the root, e.g. over an artifact, and CREATE or ATTACH
+    ':memory:' change the in-memory catalog."""
+    kinds = {statement.type.name for statement in con.extract_statements(sql)}
+    if kinds - {"SELECT"}:
+        raise duckdb.PermissionException(
+            f"read-only: only SELECT statements run over the views, not {', '.join(sorted(kinds - {'SELECT'}))}"
+        )
+
+
 def query(root: Path, sql: str, files: ArtifactFiles | None = None) -> pa.Table:
-    """Run `sql` against the views of every artifact under `root`."""
+    """Run the SELECT statements `sql` against the views of every artifact under `root` (read-only)."""
     con = connect(root, files)
     try:
+        check_read_only(con, sql)
         return con.sql(sql).to_arrow_table()
     finally:
         con.close()

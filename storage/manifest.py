@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.core import content_hash
-from coevolve.storage.parquet import ArtifactError, file_sha256, write_text_atomic
+from coevolve.file_hashes import file_sha256
+from coevolve.storage.parquet import ArtifactError, write_text_atomic
 
 
 def cache_key(stage: str, code_version: int, config: Any, inputs: dict[str, str]) -> str:
@@ -38,7 +39,8 @@ class ArtifactRef:
     schema_version: int
     size: int = -1
     mtime_ns: int = -1
-    """Size and modification time when written: an unchanged stat spares re-hashing the file."""
+    """Size and modification time when written: a different size is a changed file without reading it;
+    an unchanged stat proves nothing (the sha256 decides, `parquet.file_matches`)."""
 
 
 @dataclass(frozen=True)
@@ -78,13 +80,21 @@ class Manifest:
 
     @classmethod
     def read(cls, path: Path) -> Manifest | None:
-        """The manifest at `path`, or None if absent or unreadable (a stage killed mid-write)."""
+        """The manifest at `path`, or None if absent or unreadable (a stage killed mid-write) or of other
+        fields (another version). JSON of another shape (a list, `artifacts` a string, ...) is an
+        `ArtifactError`: one line naming the file."""
         try:
             data = json.loads(path.read_text())
+        except (OSError, ValueError, RecursionError):
+            return None
+        problem = _shape_problem(data)
+        if problem:
+            raise ArtifactError(f"{path} is not a stage manifest ({problem}); delete it and the stage runs again")
+        try:
             data["artifacts"] = {k: ArtifactRef(**v) for k, v in data.get("artifacts", {}).items()}
             data["files"] = {d: {n: FileRef(**r) for n, r in refs.items()} for d, refs in data.get("files", {}).items()}
             return cls(**data)
-        except (OSError, ValueError, TypeError):
+        except TypeError:
             return None
 
     def artifact_sha(self, artifact: str, stage: str) -> str:
@@ -97,3 +107,29 @@ class Manifest:
     def finish(self) -> Manifest:
         self.seconds = round(time.time() - self.started_at, 3)
         return self
+
+
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "stage": str, "run": str, "round": int, "key": str, "code_version": int, "artifacts": dict,
+    "outputs": dict, "started_at": (int, float), "seconds": (int, float), "files": dict,
+}  # fmt: skip
+_JSON_NAMES = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number",
+               bool: "a boolean", type(None): "null"}  # fmt: skip
+
+
+def _shape_problem(data: Any) -> str | None:
+    """What makes decoded JSON something other than a manifest's shape, or None."""
+    if not isinstance(data, dict):
+        return f"{_JSON_NAMES.get(type(data), type(data).__name__)}, not an object"
+    for name, kind in _FIELD_TYPES.items():
+        value = data.get(name)
+        if name in data and (not isinstance(value, kind) or isinstance(value, bool)):
+            return f"`{name}` is {_JSON_NAMES.get(type(value), type(value).__name__)}"
+    entries = [(f"artifacts.{k}", v) for k, v in data.get("artifacts", {}).items()]
+    for folder, refs in data.get("files", {}).items():
+        entries += [(f"files.{folder}", refs)]
+        entries += [(f"files.{folder}.{k}", v) for k, v in refs.items()] if isinstance(refs, dict) else []
+    for name, value in entries:
+        if not isinstance(value, dict):
+            return f"`{name}` is {_JSON_NAMES.get(type(value), type(value).__name__)}, not an object"
+    return None

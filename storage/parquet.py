@@ -1,20 +1,27 @@
-"""Atomic Parquet writes and schema-checked reads.
+"""Atomic Parquet writes, schema-checked reads, and the content hashes of the files a run writes.
 
 A file is written under a temporary name in the same folder, fsynced, then renamed over its final name,
-so a reader (or DuckDB's glob) never sees half a file. Reads check the schema version stored in the
-file's metadata and name the file and the stage that rebuilds it when something is wrong.
+so a reader (or DuckDB's glob) never sees half a file; a write that fails (a full or read-only disk)
+removes its temporary file. Every data page carries a CRC32 checksum, verified when read, so a flipped bit
+is an error, never a changed value (files of older versions carry none and read as before). Reads check the schema version stored in the file's metadata and name the file and the
+stage that rebuilds it when something is wrong.
+
+`file_matches` checks a file against its recorded sha256 through `coevolve.file_hashes`, which reads a file
+at most once per process while it is unchanged.
 """
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from coevolve.file_hashes import file_sha256
 from coevolve.storage.schemas import schema_version
 
 
@@ -32,23 +39,34 @@ def to_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
 
 def write_table(table: pa.Table, path: Path) -> str:
     """Write `table` atomically to `path`; returns the file's sha256."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    pq.write_table(table, tmp, compression="zstd")
-    with open(tmp, "rb") as handle:
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    with _atomic(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
     return file_sha256(path)
 
 
 def write_text_atomic(text: str, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w") as handle:
+    """Write `text` to `path` atomically (a temporary file renamed over it, removed if the write fails)."""
+    with _atomic(path) as tmp, open(tmp, "w") as handle:
         handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
-    os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def _atomic(path: Path) -> Iterator[Path]:
+    """A temporary name beside `path` to write to; renamed over `path` when the block ends, removed when it
+    fails (a full or read-only disk, an interrupt), so no temporary file is left behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):  # the write's own error is the one to report
+            tmp.unlink()
+        raise
 
 
 def read_table(path: Path, schema: pa.Schema, *, rebuild_hint: str) -> pa.Table:
@@ -56,33 +74,30 @@ def read_table(path: Path, schema: pa.Schema, *, rebuild_hint: str) -> pa.Table:
     if not path.exists():
         raise ArtifactError(f"missing artifact {path}. {rebuild_hint}")
     try:
-        table = pq.read_table(path)
-    except (pa.ArrowException, OSError) as exc:
+        table = pq.read_table(path, page_checksum_verification=True)
+        found, names = schema_version(table.schema), table.schema.names
+    except (pa.ArrowException, OSError, ValueError) as exc:  # ValueError: a damaged footer's text
         raise ArtifactError(f"corrupt artifact {path} ({exc}). {rebuild_hint}") from exc
-    found, wanted = schema_version(table.schema), schema_version(schema)
+    wanted = schema_version(schema)
     if found != wanted:
         raise ArtifactError(f"{path} has schema version {found}, this code reads {wanted}. {rebuild_hint}")
-    missing = set(schema.names) - set(table.schema.names)
+    missing = set(schema.names) - set(names)
     if missing:
         raise ArtifactError(f"{path} lacks columns {sorted(missing)}. {rebuild_hint}")
     return table.select(schema.names).cast(schema)
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def file_matches(path: Path, sha256: str, size: int = -1, mtime_ns: int = -1) -> bool:
-    """Whether `path` still holds the content it was recorded with: an unchanged size and modification
-    time are trusted, anything else is decided by its sha256."""
+def file_matches(path: Path, sha256: str, size: int = -1) -> bool:
+    """Whether `path` holds exactly the content it was recorded with: its sha256 (`file_sha256`, read at
+    most once per process); a different size is decided without reading it. An unchanged size and
+    modification time prove nothing (an edit can put the old time back)."""
     try:
         stat = path.stat()
     except OSError:
         return False
-    if size >= 0 and stat.st_size == size and stat.st_mtime_ns == mtime_ns:
-        return True
-    return file_sha256(path) == sha256
+    if size >= 0 and stat.st_size != size:
+        return False
+    try:
+        return file_sha256(path) == sha256
+    except OSError:
+        return False

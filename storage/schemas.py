@@ -222,6 +222,10 @@ ARTIFACTS: dict[str, pa.Schema] = {
     "verifications": VERIFICATIONS,
 }
 
+TIMINGS: dict[str, tuple[str, ...]] = {"updates": ("seconds",)}
+"""Columns that measure how long something took, not what was computed: they differ between two runs that
+computed the same thing (`flows.compare` leaves them out)."""
+
 
 def schema_for(artifact: str) -> pa.Schema:
     try:

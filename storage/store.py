@@ -5,7 +5,8 @@
     table = store.read(0, "rollout", "trajectories")
 
 A stage's artifacts are valid only once its manifest exists and lists them with matching hashes; readers
-go through the manifest, so a stage killed half-way is invisible and simply runs again.
+go through the manifest, so a stage killed half-way is invisible and simply runs again, and a file whose
+bytes are not the ones recorded (sha256, hashed once per process) is refused as corrupt.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pyarrow as pa
 
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.manifest import ArtifactRef, Manifest
-from coevolve.storage.parquet import ArtifactError, read_table, to_table, write_table
+from coevolve.storage.parquet import ArtifactError, file_matches, read_table, to_table, write_table
 from coevolve.storage.schemas import schema_for, schema_version
 
 
@@ -67,7 +68,11 @@ class RunStore:
         if artifact not in manifest.artifacts:
             raise ArtifactError(f"stage '{stage}' of round {round_} wrote no '{artifact}' artifact")
         hint = self.rebuild_hint(round_, stage)
-        return read_table(self.layout.artifact_path(round_, stage, artifact), schema_for(artifact), rebuild_hint=hint)
+        path, ref = self.layout.artifact_path(round_, stage, artifact), manifest.artifacts[artifact]
+        if path.exists() and not file_matches(path, ref.sha256, ref.size):
+            raise ArtifactError(f"corrupt artifact {path}: its sha256 is not the one stage '{stage}' recorded in "
+                                f"its manifest (changed since it was written). {hint}")
+        return read_table(path, schema_for(artifact), rebuild_hint=hint)
 
     def invalidate(self, round_: int, stage: str) -> None:
         """Forget a stage run (manifest first, so a crash half-way leaves it invalid, then its files)."""

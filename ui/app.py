@@ -23,6 +23,7 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from coevolve.storage.parquet import ArtifactError
 from coevolve.ui import queries
 from coevolve.ui.lineage import task_page
 from coevolve.ui.reader import RunsReader
@@ -154,14 +155,18 @@ class Pages:
     def not_found(self, request: Request, exc: Exception) -> HTMLResponse:
         return self.render(request, "error.html", status=404, title="not found", message=str(exc))
 
+    def unreadable(self, request: Request, exc: Exception) -> HTMLResponse:
+        return self.render(request, "error.html", status=500, title="unreadable run file", message=str(exc))
+
     def query_failed(self, request: Request, exc: Exception) -> HTMLResponse:
         message = f"{exc}\n\nA file may be mid-rewrite (a stage re-running): reload in a moment."
         return self.render(request, "error.html", status=500, title="query failed", message=message)
 
 
 def _page(request: Request) -> int:
+    """The `page` parameter: up to 9 ASCII digits (`str.isdigit` passes `²`, which `int` refuses), else 0."""
     value = request.query_params.get("page", "0")
-    return int(value) if value.isdigit() else 0
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 9 else 0
 
 
 def create_app(root: Path, refresh_s: float = 30.0) -> Starlette:
@@ -178,7 +183,8 @@ def create_app(root: Path, refresh_s: float = 30.0) -> Starlette:
         Route("/runs/{run}/tasks/{task_id}", pages.task),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    handlers = {LookupError: pages.not_found, duckdb.Error: pages.query_failed}
+    handlers = {LookupError: pages.not_found, duckdb.Error: pages.query_failed,
+                ArtifactError: pages.unreadable}  # fmt: skip
     return Starlette(routes=routes, exception_handlers=handlers)
 
 

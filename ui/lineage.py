@@ -2,6 +2,9 @@
 
     signal -> exploration -> triples -> candidate -> verification verdict -> the rounds it was drawn in
 
+A task abstracted from one call of a group (`abstract.single_calls`) shows that group's triples, the call
+marked (`parent_group_id`, `call_index` of its lineage).
+
 Each link is one lookup by id through the task's `lineage` JSON (`stages/merge` writes it), filtered by
 run, so the page costs a handful of indexed-by-partition queries however large the run is.
 """
@@ -49,19 +52,44 @@ def lineage_chain(reader: RunsReader, run: str, lineage: dict[str, Any]) -> dict
         "exploration": _by_id(reader, "explorations", "exploration_id", run, lineage.get("exploration_id")),
         "candidate": _by_id(reader, "candidates", "candidate_id", run, lineage.get("candidate_id")),
         "verification": _by_id(reader, "verifications", "verification_id", run, lineage.get("verification_id")),
-        "triples": [],
+        "triples": mark_call(lineage_triples(reader, run, lineage), lineage.get("call_index")),
     }
-    if lineage.get("group_id") and reader.has("triples"):
-        chain["triples"] = reader.rows(
-            """SELECT seq, trajectory_id, tool, arguments, ok, observation, changed FROM triples
-               WHERE run = ? AND group_id = ? ORDER BY trajectory_id, seq LIMIT 200""",
-            [run, lineage["group_id"]],
-        )
     exploration = chain["exploration"]
     if exploration:
         episodes = loads_json(exploration.get("trajectory_ids"))
         exploration["episodes"] = episodes if isinstance(episodes, list) else []
     return chain
+
+
+def lineage_triples(reader: RunsReader, run: str, lineage: dict[str, Any]) -> list[dict[str, Any]]:
+    """The triples of the group the task was abstracted from: a one-call group's parent (`parent_group_id`),
+    whose id the triples carry, the one-call group's own id being on the candidate only. In a run written
+    before one-call groups named their parent (a hashed id, no `parent_group_id`) the triples are found
+    through the exploration: its context is one group (`evolution.triples.group_id`)."""
+    if not reader.has("triples"):
+        return []
+    group = lineage.get("parent_group_id") or lineage.get("group_id")
+    rows = _triples(reader, run, "group_id", group)
+    return rows or _triples(reader, run, "exploration_id", lineage.get("exploration_id"))
+
+
+def _triples(reader: RunsReader, run: str, column: str, value: str | None) -> list[dict[str, Any]]:
+    if not value:
+        return []
+    return reader.rows(
+        f"""SELECT seq, trajectory_id, group_id, exploration_id, tool, arguments, ok, observation, changed
+            FROM triples WHERE run = ? AND {column} = ? ORDER BY trajectory_id, seq LIMIT 200""",
+        [run, value],
+    )
+
+
+def mark_call(triples: list[dict[str, Any]], call_index: str | None) -> list[dict[str, Any]]:
+    """`triples` with `abstracted` set on the rows of a one-call group's call: the `call_index`-th distinct
+    successful (tool, arguments) in episode order, as `evolution.abstraction.build_groups` numbers them."""
+    calls = list(dict.fromkeys((t["tool"], t["arguments"]) for t in triples if t["ok"]))
+    at = int(call_index) if str(call_index).isdigit() else -1
+    picked = calls[at] if 0 <= at < len(calls) else None
+    return [{**t, "abstracted": t["ok"] and (t["tool"], t["arguments"]) == picked} for t in triples]
 
 
 def task_use(reader: RunsReader, run: str, task_id: str) -> list[dict[str, Any]]:

@@ -1,10 +1,11 @@
 """Read-only access to a storage root for the web view: DuckDB views, stage manifests, run configs.
 
 One in-memory DuckDB connection (`storage.catalog.connect`: it never opens `catalog.duckdb`, so a run
-can write while the view reads) serves every request through its own cursor. The views read globs, so
-new files of a known artifact are seen at once. Artifacts that appear later (a run's first signals) get
-their view when the connection is rebuilt: every `refresh_s` seconds, in a background thread (it reads
-every Parquet footer once), while requests keep using the previous one. Nothing here writes.
+can write while the view reads; it reads files under the root only and its settings are locked) serves
+every request through its own cursor. The views read globs, so new files of a known artifact are seen at
+once. Artifacts that appear later (a run's first signals) get their view when the connection is rebuilt:
+every `refresh_s` seconds, in a background thread (it reads every Parquet footer once), while requests
+keep using the previous one. Nothing here writes.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from coevolve.storage.catalog import connect
 from coevolve.storage.layout import MANIFEST, RunLayout
 from coevolve.storage.manifest import Manifest
 
-STAGE_ORDER = ("bootstrap", "baseline", "rollout", "signals", "explore", "triples", "abstract", "verify",
-               "merge", "grpo_update", "evaluate")  # fmt: skip
+STAGE_ORDER = ("warm-start", "bootstrap", "baseline", "rollout", "signals", "explore", "triples", "abstract",
+               "verify", "merge", "grpo_update", "evaluate")  # fmt: skip
 """The order stages run in within a round (docs/architecture.md); others follow by name."""
 
 
@@ -40,7 +41,7 @@ class RunsReader:
 
     def _build(self) -> None:
         try:
-            con = connect(self.root) if self.root.is_dir() else duckdb.connect()
+            con = connect(self.root)  # files under the root only, settings locked
             views = con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()
         except BaseException:
             with self._lock:

@@ -18,7 +18,7 @@ from pathlib import Path
 import polars as pl
 
 from coevolve.benchmarks.learning.outcomes import reported_outcomes
-from coevolve.benchmarks.learning.plan import ARMS, DEFAULT_CONFIG, Plan
+from coevolve.benchmarks.learning.plan import ARMS, REGIMES, Plan
 from coevolve.benchmarks.learning.report import report
 from coevolve.benchmarks.learning.runs import prepare, run_arms
 from coevolve.benchmarks.learning.statistics import differences, paired_test
@@ -33,7 +33,12 @@ REPORT_FOLDER = "learning-report"
 def parser() -> argparse.ArgumentParser:
     parser = argument_parser("learning")
     parser.add_argument("--quick", action="store_true", help="grpo and coevolve, one seed, 2 rounds, 8 eval tasks per split")
-    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="config every arm starts from")
+    parser.add_argument("--regime", choices=list(REGIMES), default="in-distribution",
+                        help="which experiment: its config, arms and splits (docs/experiments/learning-protocol.md)")
+    parser.add_argument("--config", type=Path, help="config every arm starts from (default: the regime's)")
+    parser.add_argument("--gap-families", action="store_true",
+                        help="coverage regime: measure the warm start's sampled reward on every candidate gap "
+                             "family of validation (the step that fixes the gap), then exit")
     parser.add_argument("--rounds", type=int, help="rounds per run (default: the config's run.rounds; --quick 2)")
     parser.add_argument("--seeds", type=int, help="seeds of grpo and coevolve (default 3, --quick 1; ablations: seed 0)")
     parser.add_argument("--first-seed", type=int, default=0,
@@ -73,7 +78,8 @@ def plan_of(args: argparse.Namespace) -> Plan:
     return Plan.make(quick=args.quick, config=args.config, rounds=args.rounds, seeds=args.seeds,
                      arms=args.arms, overrides=args.overrides, warm_start_tasks=args.warm_start_tasks,
                      teacher_tasks=args.teacher_tasks, jobs=args.jobs, share=args.share,
-                     first_seed=args.first_seed, phase="final" if args.final else "validation")  # fmt: skip
+                     first_seed=args.first_seed, phase="final" if args.final else "validation",
+                     regime=args.regime)  # fmt: skip
 
 
 def output_folder(args: argparse.Namespace, root: Path) -> Path:
@@ -90,6 +96,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         plan, root = prepare(plan_of(args), build=False)  # a config or plan mistake fails before any run
     except ValueError as exc:  # ConfigError is a ValueError too
         cli.error(str(exc))
+    if args.gap_families:
+        from coevolve.benchmarks.learning.gap import measure_gap_families
+
+        _check_prefect_api(cli)
+        _quiet_transformers()
+        print(measure_gap_families(plan_of(args), output_folder(args, root)))
+        return
     if args.freeze or args.final:
         from coevolve.benchmarks.learning.protocol import ProtocolError, check_frozen, freeze
 

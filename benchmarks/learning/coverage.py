@@ -6,6 +6,9 @@
 - `admitted_multi`: admitted tasks whose solution makes two or more calls;
 - `new_compositions`: admitted tasks whose ordered sequence of called tools (two or more) no D_0 task has.
 
+`gap_links` follows the coverage regime's gap (the tools of `env.options.gap_families`) down the loop, one
+count per link, so a null result says which link failed.
+
 An admitted task is one of the run's last dataset version that joined after D_0. The rare signal counts
 offered-but-unused tools only with `signals.rare_unused` (a labelled deviation from the paper), so these
 columns are how a run with and without it is compared.
@@ -83,3 +86,65 @@ def coverage(root: Path, names: Sequence[str]) -> pl.DataFrame:
             "new_compositions": sum(len(calls) > 1 and tuple(calls) not in compositions for calls in admitted_calls),
         })  # fmt: skip
     return pl.DataFrame(rows, schema=COLUMNS)
+
+
+GAP_COLUMNS = {"run": pl.String, "gap_tools": pl.Int64, "explored": pl.Int64, "abstracted": pl.Int64,
+               "admitted": pl.Int64, "trained_episodes": pl.Int64, "trained_successes": pl.Int64}  # fmt: skip
+
+
+def gap_tools(families: Sequence[str]) -> set[str]:
+    """The tools the coverage gap's families call."""
+    from coevolve.envs.toolworld.tasks import GAP_TEMPLATES, family_calls
+
+    by_name = {t.name: t for t in GAP_TEMPLATES}
+    return set().union(set(), *(family_calls(by_name[name]) for name in families if name in by_name))
+
+
+def gap_links(root: Path, names: Sequence[str]) -> pl.DataFrame:
+    """Per run of a config with a coverage gap: its gap tools; the distinct gap tools an exploration called
+    (`explored`, a call that ran), and the `ok` candidates (`abstracted`) and admitted tasks (`admitted`,
+    the last dataset version's) whose solution calls one; the rollout episodes of those admitted tasks
+    (`trained_episodes`) and how many of them succeeded (`trained_successes`)."""
+    from coevolve.config import load_config
+    from coevolve.storage.layout import RunLayout
+
+    tools = {run: gap_tools(load_config(RunLayout(root, run).config_path).gap_families) for run in names}
+    names = [run for run in names if tools[run]]
+    explored = scalar_table(root, names, "SELECT DISTINCT run, tool FROM triples WHERE run IN (RUNS) AND ok",
+                            {"run": pl.String, "tool": pl.String})  # fmt: skip
+    candidates = scalar_table(root, names, "SELECT run, solution FROM candidates WHERE run IN (RUNS) AND status = 'ok'",
+                              {"run": pl.String, "solution": pl.String})  # fmt: skip
+    admitted = scalar_table(root, names, """
+        WITH versions AS (SELECT run, max(dataset_version) AS last FROM datasets WHERE run IN (RUNS) GROUP BY run)
+        SELECT DISTINCT d.run, d.task_id, t.solution FROM datasets d JOIN versions v USING (run)
+        JOIN tasks t ON t.run = d.run AND t.task_id = d.task_id
+        WHERE d.dataset_version = v.last AND d.added_round > 0""",
+        {"run": pl.String, "task_id": pl.String, "solution": pl.String})  # fmt: skip
+    rollouts = scalar_table(root, names, "SELECT run, task_id, success FROM trajectories WHERE run IN (RUNS) "
+                            "AND source = 'rollout'", {"run": pl.String, "task_id": pl.String, "success": pl.Boolean})
+    rows = []
+    for run in names:
+        gap = tools[run]
+        mine = admitted.filter(pl.col("run") == run)
+        gap_tasks = {row["task_id"] for row in mine.iter_rows(named=True) if _calls(gap, row["solution"])}
+        episodes = rollouts.filter((pl.col("run") == run) & pl.col("task_id").is_in(sorted(gap_tasks)))
+        rows.append({
+            "run": run, "gap_tools": len(gap),
+            "explored": len(gap & set(explored.filter(pl.col("run") == run)["tool"])),
+            "abstracted": sum(_calls(gap, s) for s in candidates.filter(pl.col("run") == run)["solution"]),
+            "admitted": len(gap_tasks), "trained_episodes": episodes.height,
+            "trained_successes": int(episodes["success"].sum() or 0),
+        })  # fmt: skip
+    return pl.DataFrame(rows, schema=GAP_COLUMNS)
+
+
+def _calls(tools: set[str], solution: str | None) -> bool:
+    """Whether `solution` calls one of `tools`."""
+    return bool(tools & set(_solution_tools(solution)))
+
+
+def _solution_tools(solution: str | None) -> list[str]:
+    """Tool names of a solution as `tasks` (calls per turn) or `candidates` (a flat list of calls) store it."""
+    calls = json.loads(solution or "[]")
+    flat = [c for turn in calls for c in turn] if calls and isinstance(calls[0], list) else calls
+    return [call["name"] for call in flat if isinstance(call, dict) and "name" in call]

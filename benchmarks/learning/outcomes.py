@@ -10,7 +10,7 @@ from pathlib import Path
 
 import polars as pl
 
-from coevolve.benchmarks.learning.plan import Plan, run_name
+from coevolve.benchmarks.learning.plan import Plan
 from coevolve.benchmarks.learning.tables import scalar_table
 
 
@@ -24,7 +24,7 @@ def per_task_evals(root: Path, names: Sequence[str]) -> pl.DataFrame:
         {"run": pl.String, "updates": pl.Int64, "split": pl.String, "task_id": pl.String, "family": pl.String,
          "success": pl.Float64})  # fmt: skip
     return frame.with_columns(
-        arm=pl.col("run").str.extract(r"^learning-(.+)-s\d+$", 1),
+        arm=pl.col("run").str.extract(r"^(?:learning|coverage)-(.+)-s\d+$", 1),
         seed=pl.col("run").str.extract(r"-s(\d+)$", 1).cast(pl.Int64),
     )
 
@@ -92,6 +92,6 @@ def curves(evals: pl.DataFrame) -> pl.DataFrame:
 def reported_outcomes(root: Path, plan: Plan, out: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The outcomes a report of `plan` covers (stored runs, then `out`'s record for the planned runs
     storage lacks) and the record to write back (`merge_outcomes`)."""
-    planned = [run_name(arm, seed) for arm, seed in plan.reported_runs()]
+    planned = [plan.run_name(arm, seed) for arm, seed in plan.reported_runs()]
     return merge_outcomes(per_task_evals(root, planned), recorded_outcomes(out / OUTCOMES), planned,
                           plan_fingerprint(plan, root))  # fmt: skip

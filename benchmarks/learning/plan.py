@@ -21,16 +21,88 @@ ARMS: dict[str, tuple[str, ...]] = {
     "no-rare": ("signals.kinds=[forgetting, boundary]",),
     "no-verify": ("verify.enabled=false",),
     "unguided": ("explore.guided=false",),
+    "oracle-gap": ("evolve.curriculum=oracle-gap",),
+    "coevolve-unused-rare": ("signals.rare_unused=true",),
+    "policy-veto": ("verify.judge=policy",),
+    "synthetic-data": ("evolve.every=0", "dataset.bootstrap_tasks=16"),
+    "weak-explorer": (),
+    "evolve-often": ("evolve.every=1",),
+    "evolve-rarely": ("evolve.every=4",),
 }
+ARM_MEANINGS: dict[str, str] = {
+    "grpo": "GRPO on D_0, no data evolution (the paper's GRPO column)",
+    "oracle-curriculum": "ceiling: fresh generator tasks of the families the signals point at",
+    "coevolve": "CoEvolve as configured (the paper's '+ feedback' row)",
+    "no-forgetting": "CoEvolve without forgetting signals",
+    "no-boundary": "CoEvolve without boundary signals",
+    "no-rare": "CoEvolve without rare signals",
+    "no-verify": "CoEvolve admitting candidates unverified",
+    "unguided": "exploration from random worlds, not signals (the paper's '+ random exploration' row)",
+    "oracle-gap": "ceiling: fresh tasks of the coverage gap's families",
+    "coevolve-unused-rare": "CoEvolve whose rare signal also counts tools offered and never called (extension)",
+    "policy-veto": "CoEvolve whose verification discards what the policy cannot yet solve (earlier reading)",
+    "synthetic-data": "16 tasks synthesized once by unguided exploration into D_0, then GRPO without evolution "
+                      "(the paper's '+ synthetic data' row)",
+    "weak-explorer": "CoEvolve whose teacher is the policy itself, not the teacher built for the evolving arms "
+                     "(the paper's weaker explorer LLM)",
+    "evolve-often": "CoEvolve evolving every round (the paper's F = 2: more often than its default)",
+    "evolve-rarely": "CoEvolve evolving every 4 rounds (the paper's F = 40: rarer than its default)",
+}  # fmt: skip
+"""What each arm stands for, printed with its overrides when it runs (the paper's rows where it has one)."""
+TEACHERLESS_ARMS = ("grpo", "oracle-curriculum", "oracle-gap")
+"""Arms that never ask a teacher (the evolving arms' teacher is not built for them)."""
+OWN_TEACHER_ARMS = ("weak-explorer",)
+"""Arms that evolve with the config's own teacher, not the one built for the evolving arms."""
 QUICK_ARMS = ("grpo", "coevolve")
-SEEDED_ARMS = ("grpo", "oracle-curriculum", "coevolve")
-"""Arms that run every seed of the plan; the ablations run seed 0 only. `oracle-curriculum` is not CoEvolve:
-the ceiling, fresh generator tasks of the families the signals point at (`evolution.curriculum`)."""
-PHASES = {"validation": ("validation",), "final": ("test", "heldout-templates")}
-"""Held-out splits each phase evaluates: every development decision on `validation`; `test` and
-`heldout-templates` only for the final report of a frozen plan (`--freeze`, then `--final`)."""
+
+
+@dataclass(frozen=True)
+class Regime:
+    """One experiment of the learning benchmark: its config, arms, the arms run at every seed (the others
+    at seed 0 only), and the held-out splits of each phase (every development decision on the `validation`
+    phase's; the `final` phase's only for the report of a frozen plan: `--freeze`, then `--final`)."""
+
+    config: Path
+    arms: tuple[str, ...]
+    seeded: tuple[str, ...]
+    phases: dict[str, tuple[str, ...]]
+    prefix: str
+    """Run names: `<prefix>-<arm>-s<seed>`."""
+
+
+REGIMES = {
+    "in-distribution": Regime(
+        Path("configs/learning-smollm2.yaml"),
+        ("grpo", "oracle-curriculum", "coevolve", "no-forgetting", "no-boundary", "no-rare", "no-verify", "unguided"),
+        ("grpo", "oracle-curriculum", "coevolve"),
+        {"validation": ("validation",), "final": ("test", "heldout-templates")},
+        "learning",
+    ),
+    "ablation": Regime(
+        Path("configs/learning-smollm2.yaml"),
+        ("grpo", "synthetic-data", "unguided", "coevolve", "no-forgetting", "no-boundary", "no-rare", "no-verify",
+         "weak-explorer", "evolve-often", "evolve-rarely"),
+        ("grpo", "coevolve"),
+        {"validation": ("validation",), "final": ("test", "heldout-templates")},
+        "ablation",
+    ),
+    "coverage": Regime(
+        Path("configs/coverage-smollm2.yaml"),
+        ("grpo", "oracle-gap", "coevolve", "coevolve-unused-rare", "unguided", "policy-veto"),
+        ("grpo", "oracle-gap", "coevolve", "coevolve-unused-rare"),
+        {"validation": ("gap-validation", "validation"), "final": ("gap-test", "test", "heldout-templates")},
+        "coverage",
+    ),
+}
+"""`in-distribution`: does evolving the data beat GRPO on the training families (oracle-curriculum, not
+CoEvolve, the ceiling: fresh tasks of the families the signals point at). `coverage`: does it teach the
+families the training data never shows (oracle-gap, not CoEvolve, the ceiling: fresh tasks of the gap).
+`ablation`: the paper's ablation table on the in-distribution config (`ARM_MEANINGS` says which row each
+arm stands for; its F sweep scaled to this config's default of evolving every 2 rounds)."""
+PHASES = REGIMES["in-distribution"].phases
+SEEDED_ARMS = REGIMES["in-distribution"].seeded
 QUICK_OVERRIDES = ("eval.max_tasks=8",)
-DEFAULT_CONFIG = Path("configs/learning-smollm2.yaml")
+DEFAULT_CONFIG = REGIMES["in-distribution"].config
 TEACHER_BUILD = WarmStart(seed=1, teacher=False)
 """Settings of the evolving arms' teacher build: tasks drawn with another seed than the policy's warm start."""
 
@@ -60,22 +132,32 @@ class Plan:
     teacher_model: Path | None = None
     """The teacher checkpoint, once `runs.run_benchmark` has it."""
     phase: str = "validation"
-    """Which held-out splits the runs evaluate (`PHASES`)."""
+    """Which held-out splits the runs evaluate (the regime's `phases`)."""
+    regime: str = "in-distribution"
+    """Which experiment (`REGIMES`): its arms, seeded arms, splits per phase and run names."""
+
+    @property
+    def experiment(self) -> Regime:
+        return REGIMES[self.regime]
 
     @classmethod
-    def make(cls, *, quick: bool, config: Path = DEFAULT_CONFIG, rounds: int | None = None,
+    def make(cls, *, quick: bool, config: Path | None = None, rounds: int | None = None,
              seeds: int | None = None, arms: Sequence[str] | None = None,
              overrides: Sequence[str] = (), warm_start_tasks: int = WarmStart.tasks,
              teacher_tasks: int = WarmStart.tasks, jobs: int = 1, share: bool = True,
-             first_seed: int = 0, phase: str = "validation") -> Plan:  # fmt: skip
+             first_seed: int = 0, phase: str = "validation", regime: str = "in-distribution") -> Plan:  # fmt: skip
         """The full suite, or `quick`: grpo and coevolve, one seed, 2 rounds, 8 tasks per eval split."""
-        unknown = sorted(set(arms or ()) - set(ARMS))
+        if regime not in REGIMES:
+            raise ValueError(f"regime must be one of {', '.join(REGIMES)}, got {regime!r}")
+        experiment = REGIMES[regime]
+        config = config if config is not None else experiment.config
+        unknown = sorted(set(arms or ()) - set(experiment.arms))
         if unknown:
-            raise ValueError(f"unknown arms {unknown}; known: {', '.join(ARMS)}")
+            raise ValueError(f"unknown arms {unknown} in the {regime} regime; its arms: {', '.join(experiment.arms)}")
         if jobs < 1:
             raise ValueError(f"jobs must be >= 1, got {jobs}")
-        if phase not in PHASES:
-            raise ValueError(f"phase must be one of {', '.join(PHASES)}, got {phase!r}")
+        if phase not in experiment.phases:
+            raise ValueError(f"phase must be one of {', '.join(experiment.phases)}, got {phase!r}")
         seeds = seeds if seeds is not None else (1 if quick else 3)
         if not 0 <= first_seed < seeds:
             raise ValueError(f"first_seed must be in [0, seeds = {seeds}), got {first_seed}")
@@ -85,7 +167,7 @@ class Plan:
             config=config,
             rounds=rounds,
             seeds=seeds,
-            arms=tuple(arms) if arms else (QUICK_ARMS if quick else tuple(ARMS)),
+            arms=tuple(arms) if arms else (QUICK_ARMS if quick else experiment.arms),
             first_seed=first_seed,
             overrides=(*overrides, *_final_evaluation(config, rounds, overrides)),
             warm_start=WarmStart(tasks=warm_start_tasks) if warm_start_tasks else None,
@@ -93,6 +175,7 @@ class Plan:
             jobs=jobs,
             share=share,
             phase=phase,
+            regime=regime,
         )
 
     def reported_runs(self) -> list[tuple[str, int]]:
@@ -102,8 +185,11 @@ class Plan:
             (arm, seed)
             for seed in range(self.seeds)
             for arm in sorted(self.arms, key=list(ARMS).index)
-            if seed == 0 or arm in SEEDED_ARMS
+            if seed == 0 or arm in self.experiment.seeded
         ]
+
+    def run_name(self, arm: str, seed: int) -> str:
+        return run_name(arm, seed, self.experiment.prefix)
 
     def runs(self) -> list[tuple[str, int]]:
         """The (arm, seed) pairs this invocation runs: those of seeds >= `first_seed`."""
@@ -125,14 +211,14 @@ def _final_evaluation(config: Path, rounds: int, overrides: Sequence[str]) -> tu
     return () if every and rounds % every == 0 else (f"eval.every={rounds}",)
 
 
-def run_name(arm: str, seed: int) -> str:
-    return f"learning-{arm}-s{seed}"
+def run_name(arm: str, seed: int, prefix: str = "learning") -> str:
+    return f"{prefix}-{arm}-s{seed}"
 
 
 def run_overrides(plan: Plan, arm: str, seed: int) -> list[str]:
     """The config overrides of one run: its seed, its phase's held-out splits, the plan's, the arm's, and the
     evolving arms' teacher (arms that evolve with a teacher only)."""
-    teacher = [] if arm in ("grpo", "oracle-curriculum") or plan.teacher_model is None else [
+    teacher = [] if arm in (*TEACHERLESS_ARMS, *OWN_TEACHER_ARMS) or plan.teacher_model is None else [
         "teacher.type=local", f"teacher.model={plan.teacher_model}"]  # fmt: skip
-    splits = f"eval.splits=[{', '.join(PHASES[plan.phase])}]"
+    splits = f"eval.splits=[{', '.join(plan.experiment.phases[plan.phase])}]"
     return [f"run.seed={seed}", splits, *plan.overrides, *ARMS[arm], *teacher]

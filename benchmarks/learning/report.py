@@ -10,9 +10,9 @@ from pathlib import Path
 
 import polars as pl
 
-from coevolve.benchmarks.learning.coverage import coverage
+from coevolve.benchmarks.learning.coverage import coverage, gap_links
 from coevolve.benchmarks.learning.outcomes import OUTCOMES, curves, reported_outcomes
-from coevolve.benchmarks.learning.plan import ARMS, Plan, run_name
+from coevolve.benchmarks.learning.plan import ARMS, Plan
 from coevolve.benchmarks.learning.protocol import EFFECT
 from coevolve.benchmarks.learning.statistics import (
     differences,
@@ -100,7 +100,7 @@ def describe_runs(runs: Sequence[str]) -> str:
     """Run names of this benchmark as arms with seed ranges, e.g. `grpo s0-9, 13; coevolve s0-9`."""
     seeds: dict[str, list[int]] = {}
     for name in runs:
-        arm, _, seed = name.removeprefix("learning-").rpartition("-s")
+        arm, _, seed = name.split("-", 1)[1].rpartition("-s")
         seeds.setdefault(arm, []).append(int(seed))
     return "; ".join(f"{arm} s{seed_ranges(numbers)}" for arm, numbers in seeds.items())
 
@@ -149,7 +149,7 @@ def per_run_table(root: Path, names: Sequence[str], wall: dict[str, float]) -> p
 def arm_costs(per_run: pl.DataFrame) -> dict[str, dict[str, float]]:
     """Per arm, means over its runs: generated tokens (all sources), stage seconds, feedback share."""
     tokens = [c for c in per_run.columns if c.endswith("_tokens")]
-    frame = per_run.with_columns(arm=pl.col("run").str.strip_prefix("learning-").str.replace(r"-s\d+$", ""),
+    frame = per_run.with_columns(arm=pl.col("run").str.replace(r"^(?:learning|coverage)-", "").str.replace(r"-s\d+$", ""),
                                  tokens=pl.sum_horizontal(tokens) if tokens else pl.lit(0))  # fmt: skip
     means = frame.group_by("arm").agg(pl.col("tokens", "stages_s", "feedback_share").mean())
     return {row["arm"]: row for row in means.iter_rows(named=True)}
@@ -194,7 +194,7 @@ REPRODUCE = ("One run (arm A, seed S) is rebuilt, warm starts included, by the c
 
 
 def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
-    planned = [run_name(arm, seed) for arm, seed in plan.reported_runs()]
+    planned = [plan.run_name(arm, seed) for arm, seed in plan.reported_runs()]
     evals, record = reported_outcomes(root, plan, out)
     names = [n for n in planned if (root / f"run={n}").exists()]  # the runs the tables below read
     from_record = sorted(set(evals["run"]) - set(names), key=planned.index)
@@ -248,6 +248,13 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
               "explorations called and the admitted tasks' solutions call; admitted tasks of two or more calls, "
               "and those whose sequence of tools no D_0 task has (`benchmarks/learning/coverage.py`):", "",
               markdown_table(coverage(root, names)), ""]  # fmt: skip
+    links = gap_links(root, names)
+    if links.height:
+        parts += ["## The coverage gap, link by link", "",
+                  "The gap families' tools (`gap_tools`), how many of them an exploration called, the `ok` "
+                  "candidates and admitted tasks whose solution calls one, and the rollouts of those admitted "
+                  "tasks and their successes (`benchmarks/learning/coverage.py: gap_links`):", "",
+                  markdown_table(links), ""]  # fmt: skip
     text = "\n".join(parts)
     write_text_atomic(text, out / "report.md")
     return text

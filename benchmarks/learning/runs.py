@@ -15,7 +15,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from coevolve.benchmarks.learning.plan import ARMS, Plan, run_name, run_overrides
+from coevolve.benchmarks.learning.plan import (
+    ARM_MEANINGS,
+    ARMS,
+    OWN_TEACHER_ARMS,
+    TEACHERLESS_ARMS,
+    Plan,
+    run_overrides,
+)
 from coevolve.benchmarks.learning.report import report
 
 
@@ -28,7 +35,7 @@ def share_with_grpo(plan: Plan, root: Path, arm: str, seed: int) -> list[tuple[i
     run yet."""
     from coevolve.storage.layout import RunLayout
 
-    source, target = run_name("grpo", 0 if arm == "grpo" else seed), run_name(arm, seed)
+    source, target = plan.run_name("grpo", 0 if arm == "grpo" else seed), plan.run_name(arm, seed)
     if (source == target or not plan.share or RunLayout(root, target).rounds()
             or not RunLayout(root, source).config_path.exists()):  # fmt: skip
         return []
@@ -56,8 +63,9 @@ def _run_arms_here(plan: Plan, root: Path) -> dict[str, float]:
 
     seconds = {}
     for arm, seed in plan.runs():
-        name = run_name(arm, seed)
-        print(f"--- {name}: {plan.rounds} rounds, overrides {' '.join(ARMS[arm]) or '(none)'}", flush=True)
+        name = plan.run_name(arm, seed)
+        print(f"--- {name}: {ARM_MEANINGS[arm]}; {plan.rounds} rounds, overrides {' '.join(ARMS[arm]) or '(none)'}",
+              flush=True)
         started = time.perf_counter()
         overrides = run_overrides(plan, arm, seed)
         share_with_grpo(plan, root, arm, seed)
@@ -75,7 +83,7 @@ def _run_arms_here(plan: Plan, root: Path) -> dict[str, float]:
 def run_command(plan: Plan, arm: str, seed: int, root: Path) -> list[str]:
     """The `coevolve run` command line of one run."""
     sets = [arg for override in run_overrides(plan, arm, seed) for arg in ("--set", override)]
-    return [sys.executable, "-m", "coevolve.flows.cli", "run", str(plan.config), "--run", run_name(arm, seed),
+    return [sys.executable, "-m", "coevolve.cli", "run", str(plan.config), "--run", plan.run_name(arm, seed),
             "--rounds", str(plan.rounds), "--root", str(root), *sets]  # fmt: skip
 
 
@@ -91,10 +99,11 @@ def run_arms_in_processes(plan: Plan, root: Path) -> dict[str, float]:
     while waiting or running:
         while waiting and len(running) < plan.jobs:
             arm, seed = waiting.pop(0)
-            name = run_name(arm, seed)
+            name = plan.run_name(arm, seed)
             log = logs / f"{name}.log"
             share_with_grpo(plan, root, arm, seed)  # when the grpo run of this seed has finished already
-            print(f"--- {name}: {plan.rounds} rounds, overrides {' '.join(ARMS[arm]) or '(none)'}, log {log}",
+            print(f"--- {name}: {ARM_MEANINGS[arm]}; {plan.rounds} rounds, overrides "
+                  f"{' '.join(ARMS[arm]) or '(none)'}, log {log}",
                   flush=True)  # fmt: skip
             with log.open("w") as out:
                 process = subprocess.Popen(run_command(plan, arm, seed, root), stdout=out,
@@ -140,7 +149,7 @@ def prepare(plan: Plan, *, build: bool = True) -> tuple[Plan, Path]:
         start = (warm_start_checkpoint(config, plan.warm_start, directory) if build
                  else directory / warm_start_key(config, plan.warm_start))  # fmt: skip
         plan = replace(plan, overrides=(*plan.overrides, f"model.name={start}"))
-    if plan.teacher is not None and set(plan.arms) - {"grpo", "oracle-curriculum"}:  # arms with a teacher
+    if plan.teacher is not None and set(plan.arms) - {*TEACHERLESS_ARMS, *OWN_TEACHER_ARMS}:  # arms with the built teacher
         teacher = (teacher_checkpoint(config, start, plan.teacher, directory) if build
                    else directory / teacher_key(config, start, plan.teacher))  # fmt: skip
         plan = replace(plan, teacher_model=teacher)

@@ -28,18 +28,20 @@ from coevolve.config.models import (
     DatasetConfig,
     EnvConfig,
     EvalConfig,
-    LocalTeacherConfig,
     ModelConfig,
-    OpenAITeacherConfig,
-    PolicyTeacherConfig,
     RolloutConfig,
     RunSection,
     RuntimeSection,
     StorageSection,
-    TeacherConfig,
     TrackingSection,
     TrainConfig,
     WarmStartSection,
+)
+from coevolve.config.teacher import (
+    LocalTeacherConfig,
+    OpenAITeacherConfig,
+    PolicyTeacherConfig,
+    TeacherConfig,
 )
 
 __all__ = [

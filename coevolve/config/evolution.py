@@ -20,18 +20,21 @@ class EvolveConfig(Section):
     """Run the data-evolution phases every F rounds (rounds F-1, 2F-1, ...); 0 = plain GRPO on the seed
     dataset."""
     last_round: int | None = Field(None, ge=0)
-    """The last round that evolves (None: every F-th round of the run). What the final rounds' evolutions
-    admit is drawn by no later rollout of the run, so a run can stop evolving early and train on the rest."""
-    curriculum: Literal["teacher", "oracle"] = "teacher"
-    """Where new tasks come from: `teacher` (CoEvolve: re-exploration and abstraction by the teacher LLM) or
+    """Extension, not the paper's: the last round that evolves (None: every F-th round of the run, as in the
+    paper). What the final rounds' evolutions admit is drawn by no later rollout of the run, so a run can stop
+    evolving early and train on the rest."""
+    curriculum: Literal["teacher", "oracle", "oracle-gap"] = "teacher"
+    """Where new tasks come from: `teacher` (CoEvolve: re-exploration and abstraction by the teacher LLM),
     `oracle` (NOT CoEvolve: the environment's generator draws fresh tasks of the families the signals point
-    at, `evolution.curriculum`; the learning benchmark's ceiling arm)."""
+    at, `evolution.curriculum`; the in-distribution learning benchmark's ceiling arm) or `oracle-gap` (NOT
+    CoEvolve: fresh tasks of the coverage gap, the families of the environment option `gap_families`, in
+    turn; the coverage experiment's ceiling arm)."""
     verify_after_update: bool = False
-    """Run the round's data evolution after its GRPO update, so verification attempts (and
-    `merge.unsolved_weighting` grades) a candidate with the policy that will draw it, not the one before the
-    update, which has not yet trained on the boundary task the candidate was explored from. A policy teacher
-    (`teacher.type: policy`) is then the updated policy too. Off: evolution runs beside the update, both on
-    the round's rollouts."""
+    """Extension, not the paper's: run the round's data evolution after its GRPO update, so verification
+    attempts (and `merge.unsolved_weighting` grades) a candidate with the policy that will draw it, not the
+    one before the update, which has not yet trained on the boundary task the candidate was explored from. A
+    policy teacher (`teacher.type: policy`) is then the updated policy too. Off: evolution runs beside the
+    update, both on the round's rollouts."""
 
 
 class SignalsConfig(Section):
@@ -46,9 +49,9 @@ class SignalsConfig(Section):
     rare_pattern: Literal["tool", "bigram"] = "tool"
     """Rare patterns: single tool names, or pairs of consecutive calls."""
     rare_unused: bool = False
-    """Not in the paper (a labelled deviation for coverage studies): a tool the round's tasks offer that no
-    action of the window called is rare too (count 0), marking the trajectories that were offered it. The
-    paper's rule needs 0 < count, so what the policy never tries is never explored. Tool patterns only."""
+    """Extension, not the paper's: a tool the round's tasks offer that no action of the window called is rare
+    too (count 0), marking the trajectories that were offered it. The paper's rule needs 0 < count, so what
+    the policy never tries is never explored. Tool patterns only."""
 
     @model_validator(mode="after")
     def _unused_counts_tools(self) -> SignalsConfig:
@@ -71,9 +74,10 @@ class ExploreConfig(Section):
     steps: int = Field(6, ge=1)
     """S: most teacher replies per exploration episode (multi-step)."""
     follow_ups: int = Field(1, ge=0)
-    """User turns added after the explored task's own, each asking the teacher to explore beyond the request
-    (`evolution/prompts/explore_follow_up.md`): a small teacher otherwise carries the request out and stops,
-    and the only task its calls make is the explored one again."""
+    """Extension, not the paper's: user turns added after the explored task's own (0: none, as in the paper),
+    each asking the teacher to explore beyond the request (`evolution/prompts/explore_follow_up.md`): a small
+    teacher otherwise carries the request out and stops, and the only task its calls make is the explored one
+    again."""
 
 
 class AbstractConfig(Section):
@@ -83,12 +87,14 @@ class AbstractConfig(Section):
     """Teacher replies sampled per triple group (each may hold tasks): more candidates for verification to
     choose from at the cost of one batched generation."""
     single_calls: bool = False
-    """Also abstract each call of a group with several calls on its own (`single_call_groups`): a small
-    teacher matches one call to its query far better than it picks indices among several."""
+    """Extension, not the paper's: also abstract each call of a group with several calls on its own
+    (`single_call_groups`): a small teacher matches one call to its query far better than it picks indices
+    among several."""
     prefill_effect: bool = False
-    """Start a one-call group's reply by what its call did too: a read-only call's with its first answer (the
-    task must ask for what the call reads), a state change's with no answers (an instruction). Without it a
-    small teacher writes instructions over read-only calls, which verification discards as `no effect`."""
+    """Extension, not the paper's: start a one-call group's reply by what its call did too: a read-only call's
+    with its first answer (the task must ask for what the call reads), a state change's with no answers (an
+    instruction). Without it a small teacher writes instructions over read-only calls, which verification
+    discards as `no effect`."""
     max_tasks_per_group: int = Field(3, ge=1)
     """Most tasks the teacher may abstract from one triple group (extra ones are rows marked `invalid`)."""
     duplicate_jaccard: float = Field(0.8, ge=0.0, le=1.0)
@@ -102,8 +108,16 @@ class VerifyConfig(Section):
     enabled: bool = True
     """Verify synthesized tasks in the environment before merging. False = the no-verification ablation:
     every parsed candidate is admitted with a lenient checker."""
+    judge: Literal["execution", "policy"] = "execution"
+    """Who decides a candidate's verdict once it passed the environment checks. `execution` (the paper's
+    sentence read literally, docs/algorithm.md): the task is executed, its reference solution played against
+    its checker: success -> accept, failure that earns more than an idle answer -> retain; the policy's
+    attempts are still made and recorded, and weight the task (`merge.unsolved_weighting`), but decide
+    nothing, so a task the policy cannot do yet is admitted. `policy` (labelled: this project's earlier
+    rule, an ablation arm): the policy's attempts decide (solved -> accept, progress above an idle answer ->
+    retain, else discard), which vetoes every task the policy cannot do yet."""
     attempts: int = Field(1, ge=1)
-    """K: policy attempts per verified candidate (outcome from the best one)."""
+    """K: policy attempts per verified candidate (their best decides under `judge: policy`)."""
     greedy: bool = True
     """Greedy decoding when `attempts` is 1 (otherwise attempts sample at the rollout temperature)."""
     grounding: float = Field(0.5, ge=0.0, le=1.0)
@@ -119,12 +133,13 @@ class MergeConfig(Section):
     admit: tuple[Literal["accept", "retain", "discard"], ...] = ("accept", "retain")
     """Verification outcomes merged into D_{r+1}. The paper keeps accepted and retained tasks."""
     signal_weight: float = Field(1.0, gt=0.0)
-    """Sampling weight of merged signal-linked tasks (other tasks weigh 1); > 1 upweights them."""
+    """Sampling weight of merged signal-linked tasks (other tasks weigh 1); > 1 upweights them. Extension, not
+    the paper's, when not 1 (the paper merges without weights)."""
     unsolved_weighting: bool = False
-    """Scale a merged task's weight by the share of its verification attempts the policy failed: one it
-    solved every time weighs 0 and is never drawn (a GRPO group of K successes has zero advantage), one it
-    always failed keeps its whole weight. Grades only with `verify.attempts` > 1 (one attempt: solved or
-    not); tasks admitted unverified (`verify.enabled: false`) keep their weight."""
+    """Extension, not the paper's: scale a merged task's weight by the share of its verification attempts the
+    policy failed: one it solved every time weighs 0 and is never drawn (a GRPO group of K successes has zero
+    advantage), one it always failed keeps its whole weight. Grades only with `verify.attempts` > 1 (one
+    attempt: solved or not); tasks admitted unverified (`verify.enabled: false`) keep their weight."""
 
 
 MOVED_FIELDS: dict[str, str] = {

@@ -6,10 +6,10 @@ them is `CoevolveConfig` below; YAML loading and `--set` overrides live in `flow
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from coevolve.config.evolution import (
     AbstractConfig,
@@ -20,6 +20,11 @@ from coevolve.config.evolution import (
     VerifyConfig,
 )
 from coevolve.config.section import Section
+from coevolve.config.teacher import (
+    PolicyTeacherConfig,
+    TeacherConfig,
+    _key_variable,
+)
 
 
 class ModelConfig(Section):
@@ -29,7 +34,7 @@ class ModelConfig(Section):
     """Weights dtype for training and generation (`float32`, `bfloat16`)."""
     device: str = "cpu"
     """Torch device of the in-process engine and trainer."""
-    generation_batch_size: int = Field(16, ge=1)
+    generation_batch_size: int = Field(16, ge=1, le=65_536)
     """Most sequences generated together in one forward batch."""
     servers: list[str] = Field(default_factory=list)
     """OpenAI-compatible inference servers (base URLs with `/v1`; `coevolve engine serve`) that generate for
@@ -41,7 +46,9 @@ class ModelConfig(Section):
     """The name the servers serve the base model under (default: `name`)."""
     api_key_env: str | None = None
     """Environment variable holding a bearer key for `servers` (unset: no key is sent). A key only ever goes
-    over https or to a loopback address."""
+    over https or to a loopback address (never through a proxy). Only names matching `API_KEY_ENV` (upper
+    case, ending in `_API_KEY`): a config cannot send another secret of the environment (`GITHUB_TOKEN`,
+    `AWS_SECRET_ACCESS_KEY`, ...) to a server."""
 
     @field_validator("dtype")
     @classmethod
@@ -49,6 +56,8 @@ class ModelConfig(Section):
         if value not in {"float32", "bfloat16", "float16"}:
             raise ValueError("must be one of float32, bfloat16, float16")
         return value
+
+    _key_env = field_validator("api_key_env")(_key_variable)
 
 
 class EnvConfig(Section):
@@ -63,13 +72,17 @@ class DatasetConfig(Section):
     """Environment split that seeds D_0; None = no seed tasks (D_0 from exploration only)."""
     max_tasks: int | None = Field(None, ge=1)
     """Use at most this many seed tasks (a seeded sample); None = all."""
-    bootstrap_tasks: int = Field(0, ge=0)
+    sample_seed: int | None = None
+    """Seeds the sample of `max_tasks` seed tasks; None: the run's seed (`run.seed`), so seeds differ in D_0
+    too. A fixed value gives every run of an experiment one D_0, so its seeds differ only in sampling and
+    training (the coverage regime)."""
+    bootstrap_tasks: int = Field(0, ge=0, le=1_000_000)
     """Add up to N tasks to D_0 by unguided teacher exploration -> triples -> abstract -> verify in round 0,
     the evolution stages run before the first rollout (paper N = 100); 0 = off."""
     bootstrap_split: str = "train"
     """Split whose tasks' initial states (worlds) the unguided exploration starts from; their user
     turns and solutions are not shown to the teacher."""
-    bootstrap_worlds: int = Field(16, ge=1)
+    bootstrap_worlds: int = Field(16, ge=1, le=1_000_000)
     """Worlds of `bootstrap_split` the unguided exploration explores (a seeded sample) to find the N tasks."""
 
     @model_validator(mode="after")
@@ -80,23 +93,24 @@ class DatasetConfig(Section):
 
 
 class RolloutConfig(Section):
-    tasks_per_round: int = Field(4, ge=1)
+    tasks_per_round: int = Field(4, ge=1, le=100_000)
     """Tasks sampled from the current dataset version each round (without replacement)."""
     newest_share: float = Field(0.0, ge=0.0, le=1.0)
-    """Share of `tasks_per_round` (rounded up) reserved for the tasks the latest data evolution admitted,
-    drawn by weight among them; the rest by weight from the whole dataset. 0 = one weighted draw. With a
-    few draws per round from hundreds of tasks, an admitted task can otherwise go untrained."""
-    k: int = Field(8, ge=1)
+    """Extension, not the paper's: share of `tasks_per_round` (rounded up) reserved for the tasks the latest
+    data evolution admitted, drawn by weight among them; the rest by weight from the whole dataset. 0 = one
+    weighted draw. With a few draws per round from hundreds of tasks, an admitted task can otherwise go
+    untrained."""
+    k: int = Field(8, ge=1, le=1024)
     """Rollouts per task (the GRPO group size)."""
-    temperature: float = Field(0.8, gt=0.0)
+    temperature: float = Field(0.8, gt=0.0, le=10.0)
     """Sampling temperature; the trainer scales logits by the same 1/T."""
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     """Nucleus sampling; keep 1.0 so sampled tokens follow the distribution the trainer scores."""
-    max_new_tokens: int = Field(96, ge=1)
+    max_new_tokens: int = Field(96, ge=1, le=131_072)
     """Cap on tokens per model reply."""
-    max_replies: int = Field(8, ge=1)
+    max_replies: int = Field(8, ge=1, le=10_000)
     """Cap on model replies per episode (over all turns)."""
-    max_context_tokens: int = Field(2048, ge=64)
+    max_context_tokens: int = Field(2048, ge=64, le=1_048_576)
     """An episode whose context would exceed this ends with finish = 'context'."""
 
 
@@ -111,10 +125,10 @@ class EvalConfig(Section):
     """Score at most this many tasks per split (a fixed seeded sample); None = all."""
     greedy: bool = True
     """Greedy decoding for evaluation (else the rollout temperature)."""
-    samples: int = Field(1, ge=1)
+    samples: int = Field(1, ge=1, le=1024)
     """Episodes per task; a task's success is their mean, an estimate of the policy's success probability
     that moves by degrees where one greedy episode flips. More than one needs `greedy: false`."""
-    max_live_episodes: int = Field(256, ge=1)
+    max_live_episodes: int = Field(256, ge=1, le=1_000_000)
     """Most evaluation episodes in flight at once (tasks x samples of every split can be many): each holds
     an environment and, in the in-process engine, its KV cache between replies; the rest start as others
     end. Bounds memory; what else changes is which episodes share a forward batch (and so, when sampling,
@@ -128,106 +142,41 @@ class EvalConfig(Section):
         return self
 
 
-class InProcessTeacherSampling(Section):
-    """Sampling settings of a teacher that generates in this process."""
-
-    temperature: float = Field(0.7, gt=0.0)
-    """Sampling temperature of reflections, abstractions and exploration replies."""
-    max_new_tokens: int = Field(512, ge=1)
-    """Cap on tokens per reflection or abstraction reply."""
-    step_max_new_tokens: int = Field(128, ge=1)
-    """Cap on tokens per exploration reply (one tool-calling step)."""
-    max_context_tokens: int = Field(4096, ge=64)
-    """An exploration episode whose context would exceed this ends."""
-
-
-class PolicyTeacherConfig(InProcessTeacherSampling):
-    """The policy's own in-process engine and chat template acts as the teacher (CPU default)."""
-
-    type: Literal["policy"] = "policy"
-    """Backend selector."""
-
-
-class LocalTeacherConfig(InProcessTeacherSampling):
-    """Another model loaded in this process with fixed weights: a separately trained teacher checkpoint,
-    or a bigger model next to the policy on a GPU, without a server."""
-
-    type: Literal["local"] = "local"
-    """Backend selector."""
-    model: str = Field(min_length=1)
-    """`llm.models` name, a local checkpoint directory or a hub id (required). Its name is the teacher's
-    version in cache keys: rewriting a checkpoint in place does not invalidate cached stages."""
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    """Weights dtype."""
-    device: str = "cpu"
-    """Torch device."""
-
-
-class OpenAITeacherConfig(Section):
-    """A stronger model behind an OpenAI-compatible server (vLLM, SGLang, hosted): the paper's setting."""
-
-    type: Literal["openai"] = "openai"
-    """Backend selector."""
-    base_url: str = "http://127.0.0.1:8000/v1"
-    """Server root including `/v1`."""
-    model: str = Field(min_length=1)
-    """Model name the server knows (required)."""
-    api_key_env: str = "OPENAI_API_KEY"
-    """Environment variable holding the API key (unset = no Authorization header)."""
-    tokenizer: str | None = None
-    """Model name whose tokenizer renders exploration episodes (`llm.models` names, a local dir or a hub
-    id); None = the policy's tokenizer."""
-    token_ids: bool = False
-    """The server uses that same tokenizer: send prompts as token ids (vLLM). Else prompts go as text."""
-    temperature: float = Field(0.7, gt=0.0)
-    """Sampling temperature of reflections, abstractions and exploration replies."""
-    max_new_tokens: int = Field(1024, ge=1)
-    """Cap on tokens per reflection or abstraction reply."""
-    step_max_new_tokens: int = Field(256, ge=1)
-    """Cap on tokens per exploration reply."""
-    max_context_tokens: int = Field(8192, ge=64)
-    """An exploration episode whose context would exceed this ends."""
-    timeout_s: float = Field(120.0, gt=0.0)
-    """HTTP timeout per request."""
-    max_retries: int = Field(3, ge=0)
-    """Retries of a request on connection errors, timeouts, 429 and 5xx (exponential backoff)."""
-
-
-def _teacher_type(value: Any) -> str:
-    """The `type` tag of a teacher section; a section that names no type is the policy teacher."""
-    return value.get("type", "policy") if isinstance(value, dict) else getattr(value, "type", "policy")
-
-
-TeacherConfig = Annotated[
-    Annotated[PolicyTeacherConfig, Tag("policy")]
-    | Annotated[LocalTeacherConfig, Tag("local")]
-    | Annotated[OpenAITeacherConfig, Tag("openai")],
-    Discriminator(_teacher_type),
-]
-
-
 class TrainConfig(Section):
-    lr: float = Field(2e-5, gt=0.0)
+    lr: float = Field(2e-5, gt=0.0, le=1.0)
     """AdamW learning rate."""
-    weight_decay: float = Field(0.0, ge=0.0)
+    weight_decay: float = Field(0.0, ge=0.0, le=1.0)
     """AdamW weight decay."""
-    clip_low: float = Field(0.2, ge=0.0)
-    """PPO clip epsilon below 1 (ratio >= 1 - clip_low)."""
-    clip_high: float = Field(0.28, ge=0.0)
-    """PPO clip epsilon above 1 (ratio <= 1 + clip_high)."""
-    beta: float = Field(0.0, ge=0.0)
-    """Weight of the k3 KL penalty to the frozen reference policy (0 = no reference model)."""
-    micro_batch_size: int = Field(4, ge=1)
+    clip_low: float = Field(0.2, ge=0.0, le=1.0)
+    """PPO clip epsilon below 1 (ratio >= 1 - clip_low); the paper's one epsilon."""
+    clip_high: float = Field(0.28, ge=0.0, le=100.0)
+    """PPO clip epsilon above 1 (ratio <= 1 + clip_high). Extension, not the paper's, when it differs from
+    `clip_low` (the default 0.28 is DAPO's clip-higher); the paper's one epsilon: `clip_high = clip_low`."""
+    beta: float = Field(0.0, ge=0.0, le=100.0)
+    """Weight of the k3 KL penalty to the frozen reference policy (0 = no reference model; the paper has a
+    KL term and gives no weight). Zero-advantage handling, an extension, not the paper's: with 0, rows whose
+    advantage is 0 (every row of an all-equal group) are left out of the update and of the loss's token
+    counts; the paper's normaliser counts them. With beta > 0 they are kept, as in the paper."""
+    loss_normalization: Literal["batch_tokens", "group_tokens", "sequence"] = "batch_tokens"
+    """What an optimizer step's summed per-token losses are divided by (`rl.plan.row_divisors`,
+    docs/algorithm.md). `batch_tokens` (the default, the numbers of every run so far): every policy token of
+    the step's mini-batch, DAPO's token-level loss; not the paper's formula when a mini-batch holds several
+    groups. `group_tokens` (the paper's, set by the paper configs): each group by its own policy tokens, 1 /
+    sum_k |tau_k| over a task's K rollouts, the groups then averaged. `sequence` (not the paper's: the
+    original GRPO's): each row by its own tokens, rows averaged. All three agree when every row has as many
+    policy tokens and every group as many rows; the first two whenever a mini-batch is one group."""
+    micro_batch_size: int = Field(4, ge=1, le=65_536)
     """Sequences per forward/backward pass; gradients accumulate over micro-batches."""
-    mini_batches: int = Field(1, ge=1)
-    """Optimizer steps per epoch over the round's samples."""
-    epochs: int = Field(1, ge=1)
+    mini_batches: int = Field(1, ge=1, le=65_536)
+    """Optimizer steps per epoch over the round's samples (whole groups each). With one step per round
+    (`mini_batches: 1`, `epochs: 1`) the PPO ratio is 1 and the clip never acts; the paper gives no number."""
+    epochs: int = Field(1, ge=1, le=1000)
     """Passes over the round's samples."""
     max_grad_norm: float = Field(1.0, gt=0.0)
     """Gradient-norm clip."""
     keep_checkpoints: int = Field(2, ge=1)
     """Most recent round checkpoints kept on disk (older ones are pruned)."""
-    lora_rank: int = Field(0, ge=0)
+    lora_rank: int = Field(0, ge=0, le=65_536)
     """0 = full fine-tuning; r > 0 trains a LoRA adapter (peft) of rank r on every linear layer, and the KL
     reference is the base model with the adapter disabled (no second model in memory)."""
     lora_alpha: float = Field(32.0, gt=0.0)
@@ -245,7 +194,7 @@ class RunSection(Section):
     """Default run name (the CLI's `--run` wins)."""
     seed: int = 0
     """Seed of task sampling, rollouts and evaluation sampling."""
-    rounds: int = Field(2, ge=1)
+    rounds: int = Field(2, ge=1, le=10_000)
     """Total number of rounds the run should have; re-running with more continues."""
 
 
@@ -264,11 +213,15 @@ class StorageSection(Section):
 
 
 class TrackingSection(Section):
-    report_to: tuple[Literal["tensorboard"], ...] = ()
-    """Experiment trackers that receive every round's metrics once, under the names of
-    `flows.summary.round_metrics`, written offline under the run's folder (`run=<run>/tracking/<tracker>/`);
-    empty or `none`: no tracker, as TRL's `report_to`. `tensorboard` needs the extra (`pip install
-    'coevolve[tensorboard]'`); read the curves with `tensorboard --logdir runs`. Not part of any cache key."""
+    report_to: tuple[Literal["tensorboard", "trackio", "wandb", "all"], ...] = ()
+    """Experiment trackers that receive the run's metrics under TRL's names (`flows.tracking`): per optimizer
+    step on a global step axis (`train/loss`, `train/grad_norm`, `train/learning_rate`, `train/clip_ratio`,
+    `train/kl`, `train/entropy`, `train/completion_length`), per round (`train/success`,
+    `train/frac_groups_with_signal`, `eval/<split>/success`, `evolution/*`), and the hparams once. Each
+    round is logged once. `tensorboard` and `wandb` (offline unless `WANDB_MODE` says otherwise) write under
+    the run's folder (`run=<run>/tracking/<tracker>/`), `trackio` to its own store (project `coevolve`);
+    `all`: every one installed; empty or `none`: no tracker, as TRL's `report_to`. Each needs its extra
+    (`pip install 'coevolve[tensorboard]'`, `[trackio]`, `[wandb]`). Not part of any cache key."""
 
     @field_validator("report_to", mode="before")
     @classmethod
@@ -284,18 +237,18 @@ class WarmStartSection(Section):
     of the same model, environment and settings reuses them; `model.name` and the teacher become their
     `warm-start/<key>` names in the run's saved config."""
 
-    policy_tasks: int = Field(0, ge=0)
+    policy_tasks: int = Field(0, ge=0, le=1_000_000)
     """Fine-tune `model.name` on reference solutions (and the teacher's abstraction reply) of this many
     fresh training-family tasks, never a task of the run's splits, and start the run from it (0: off)."""
-    teacher_tasks: int = Field(0, ge=0)
+    teacher_tasks: int = Field(0, ge=0, le=1_000_000)
     """Give the run a teacher of its own (`teacher.type: local`, sampling as `teacher` says): the policy's
     start fine-tuned on abstraction, reflection and exploration replies for this many other fresh tasks
     (0: the teacher as configured). Needs `teacher.type: policy`."""
-    epochs: int = Field(2, ge=1)
+    epochs: int = Field(2, ge=1, le=1000)
     """Passes over the examples, for both starts."""
-    lr: float = Field(5e-5, gt=0.0)
+    lr: float = Field(5e-5, gt=0.0, le=1.0)
     """AdamW learning rate, for both starts."""
-    lora_rank: int = Field(0, ge=0)
+    lora_rank: int = Field(0, ge=0, le=65_536)
     """0: fine-tune every weight. Else train a LoRA adapter of this rank on every linear layer and merge it
     (`evolution.start_adapters`): a start small enough to ship (`configs/warm-starts/`), merged in seconds
     instead of trained. Use a larger `lr` than for a full fine-tune."""
@@ -342,6 +295,28 @@ class CoevolveConfig(Section):
     """Experiment trackers that receive each round's metrics (`report_to`; default none)."""
     warm_start: WarmStartSection = WarmStartSection()
     """Supervised starts of the policy and of a teacher of its own, built once (default: none)."""
+
+    @property
+    def gap_families(self) -> tuple[str, ...]:
+        """The coverage gap: the environment option `gap_families` (families no training data shows)."""
+        return tuple(self.env.options.get("gap_families") or ())
+
+    @property
+    def d0_sample_seed(self) -> int:
+        """The seed of D_0's sample of seed tasks (`dataset.sample_seed`, else `run.seed`)."""
+        return self.run.seed if self.dataset.sample_seed is None else self.dataset.sample_seed
+
+    @model_validator(mode="after")
+    def _oracle_gap_needs_a_gap(self) -> CoevolveConfig:
+        if self.evolve.curriculum == "oracle-gap" and not self.gap_families:
+            raise ValueError("evolve.curriculum: oracle-gap draws the coverage gap's families; name them in "
+                             "env.options.gap_families")
+        gap_splits = {"gap-validation", "gap-test"}
+        for field, split in (("dataset.seed_split", self.dataset.seed_split),
+                             ("dataset.bootstrap_split", self.dataset.bootstrap_split)):  # fmt: skip
+            if split in gap_splits:
+                raise ValueError(f"{field}: {split} holds the coverage gap, which no training data may show")
+        return self
 
     @model_validator(mode="after")
     def _teacher_start_needs_a_policy_teacher(self) -> CoevolveConfig:

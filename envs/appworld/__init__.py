@@ -2,7 +2,7 @@
 
 AppWorld itself is never imported here: it lives in its own venv (its pins clash with ours) behind HTTP on
 loopback. Modules: `client` (HTTP, errors with fixes), `actions` (code out of a reply), `tasks` (task ids,
-`Task` rows, the execute tool, TGC / SGC), `env` (`AppWorldEnv`).
+`Task` rows, the execute tool, TGC / SGC), `checker` (a synthesized task's checker), `env` (`AppWorldEnv`).
 """
 
 from coevolve.envs.appworld.client import AppWorldError

@@ -26,6 +26,10 @@ counts as an interaction.
 else `PARTIAL_CREDIT_SCALE` x the share of tests passed (at most 0.4, never a success), or 0.0 with
 `partial_credit=False`. `close()` frees the server's world (`/close`).
 
+A synthesized task (the evolved data) has no AppWorld tests of its own: `derive_checker` replays its
+solution on the server and keeps what AppWorld's tests of its world report after it, with the answers
+(`checker` module); `evaluate()` then completes the world if the code did not and judges it against that.
+
 One AppWorld server holds one world at a time (initialising a task closes the others), so every
 concurrent episode needs its own server and `base_url`. Errors of the server or the network raise
 `AppWorldError` naming the URL and the fix; every request times out after `timeout` seconds.
@@ -39,10 +43,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from coevolve.core import ToolCall
+from coevolve.envs.answers import answer_found
 from coevolve.envs.appworld.actions import TOOL_NAME, read_code
+from coevolve.envs.appworld.checker import COMPLETE_TASK, answer_of, judge, tests_of
 from coevolve.envs.appworld.client import DEFAULT_URL, AppWorldClient, AppWorldError
 from coevolve.envs.appworld.tasks import (
     EXECUTE_TOOL,
@@ -75,6 +83,8 @@ class _Episode:
     interactions: int = 0
     completed: bool = False
     done: bool = False
+    answer: str | None = None
+    """The literal answer the code passed to `complete_task` (`checker.answer_of`), when it did."""
 
 
 class AppWorldEnv(Environment):
@@ -170,7 +180,10 @@ class AppWorldEnv(Environment):
             call = {"name": TOOL_NAME, "arguments": {"code": parsed.code}, "ok": ok}
             info["calls"].append({**call, ("result" if ok else "error"): clip(text, MAX_LEDGER_CHARS)})
             messages.append({"role": "tool", "content": clip(text, self.max_output_chars)})
-            episode.completed = bool(self.client.post("/task_completed", {"task_id": episode.task_id}))
+            completed = bool(self.client.post("/task_completed", {"task_id": episode.task_id}))
+            if completed and not episode.completed:
+                episode.answer = answer_of(parsed.code)
+            episode.completed = completed
         messages += [{"role": "tool", "content": f"could not parse tool call: {e}"} for e in parsed.errors]
         if not parsed.code and not parsed.errors:
             messages.append({"role": "user", "content": NO_CODE_REMINDER})
@@ -182,12 +195,19 @@ class AppWorldEnv(Environment):
         return StepResult(messages=messages, done=episode.done, turn_ended=episode.done, info=info)
 
     def evaluate(self) -> Evaluation:
-        """Run AppWorld's tests for the episode's world (call before `close`)."""
+        """Run AppWorld's tests for the episode's world (call before `close`); a synthesized task's world
+        is completed first if its code did not complete it, and judged against its checker."""
         episode = self._require_episode()
-        report = self.client.post(
-            "/evaluate", {"task_id": episode.task_id, "suppress_errors": True, "report": False}
-        )
-        evaluation = evaluation_of(report, partial_credit=self.partial_credit)
+        if "world_tests" in episode.task.checker:
+            if not episode.completed:
+                self.client.post("/execute", {"task_id": episode.task_id, "code": COMPLETE_TASK})
+                episode.completed = episode.done = True
+            evaluation = synthesized_evaluation(
+                episode.task.checker, self._report(episode.task_id), episode.answer,
+                partial_credit=self.partial_credit,
+            )  # fmt: skip
+        else:
+            evaluation = evaluation_of(self._report(episode.task_id), partial_credit=self.partial_credit)
         evaluation.details.update(
             appworld_task_id=episode.task_id, completed=episode.completed, interactions=episode.interactions
         )
@@ -199,7 +219,69 @@ class AppWorldEnv(Environment):
         if episode is not None:
             self.client.post("/close", {"task_id": episode.task_id})
 
+    # -- synthesized tasks ---------------------------------------------------------------------------
+
+    def derive_checker(
+        self,
+        initial_state: dict[str, Any],
+        turns: Sequence[str],
+        solution: Sequence[Sequence[ToolCall]],
+        answers: Sequence[Sequence[str]],
+        *,
+        strict: bool = True,
+    ) -> dict[str, Any]:
+        """What AppWorld's tests of the task's world report once the solution ran in it and completed it
+        (`checker` module), and the answers. The solution is replayed on the server, in a fresh world
+        (dropping any episode in progress: one server holds one world); so is an idle one (completed at
+        once). Raises ValueError when a call fails, a required answer appears in no output nor in the
+        solution's `complete_task` answer, or the tests report the same after the solution as after the
+        idle world while the task asks for no answer (nothing to check); with `strict=False` failed calls
+        are kept as they ran, unseen answers dropped, and nothing is refused."""
+        task_id = initial_state.get("task_id")
+        if not isinstance(task_id, str) or not turns:
+            raise ValueError("an AppWorld task needs initial_state.task_id and a turn")
+        draft = Task(id="derive", env=self.name, split="synthesized", initial_state=dict(initial_state),
+                     turns=list(turns), solution=[list(t) for t in solution], source="synthesized")  # fmt: skip
+        outputs, answer, tests = self._replayed(draft, strict=strict)
+        idle = self._replayed(draft.model_copy(update={"solution": []}), strict=strict)[2]
+        seen = "\n".join([*outputs, answer or ""])
+        kept = [[str(v) for v in turn if answer_found(str(v), seen)] for turn in answers]
+        missing = [str(v) for turn in answers for v in turn if not answer_found(str(v), seen)]
+        if strict and missing:
+            raise ValueError(f"answer {missing[0][:80]!r} appears in no output of the solution")
+        if strict and tests == idle and not any(kept):
+            raise ValueError("the solution changes nothing AppWorld's tests of its world observe, and the "
+                             "task asks for no answer: an idle answer would pass")  # fmt: skip
+        return {"world_tests": tests, "answers": kept}
+
+    def _replayed(self, task: Task, *, strict: bool) -> tuple[list[str], str | None, list[dict[str, Any]]]:
+        """(one output per call, the answer, AppWorld's tests) of `task`'s solution run in a fresh world
+        and completed."""
+        self.reset(task)
+        try:
+            outputs = []
+            for call in (c for turn in task.solution or [] for c in turn):
+                step = self.step([call])
+                outputs += [m["content"] for m in step.messages]
+                failed = [c for c in step.info["calls"] if not c["ok"]] or step.info["parse_errors"]
+                if strict and failed:
+                    detail = failed[0]["error"] if isinstance(failed[0], dict) else failed[0]
+                    raise ValueError(f"reference call {call.name} failed: {clip(detail, 300)}")
+                if step.done:
+                    if strict and not self._require_episode().completed:
+                        raise ValueError(f"the solution runs past the interaction cap ({self.max_interactions})")
+                    break
+            episode = self._require_episode()
+            if not episode.completed:
+                self.client.post("/execute", {"task_id": episode.task_id, "code": COMPLETE_TASK})
+            return outputs, episode.answer, tests_of(self._report(episode.task_id))
+        finally:
+            self.close()
+
     # -- helpers -----------------------------------------------------------------------------------
+
+    def _report(self, task_id: str) -> Any:
+        return self.client.post("/evaluate", {"task_id": task_id, "suppress_errors": True, "report": False})
 
     def _require_episode(self) -> _Episode:
         if self._episode is None:
@@ -213,6 +295,22 @@ def clip(text: str, limit: int) -> str:
         return text
     keep = limit // 2
     return f"{text[:keep]}\n... [{len(text) - 2 * keep} characters cut] ...\n{text[-keep:]}"
+
+
+def synthesized_evaluation(
+    checker: dict[str, Any], report: Any, answer: str | None, *, partial_credit: bool = True
+) -> Evaluation:
+    """A synthesized task's score: success when AppWorld's tests of its world report as after the reference
+    and the answer states every required value; else `PARTIAL_CREDIT_SCALE` x the share of those checks met."""
+    try:
+        missed, total = judge(checker, report, answer)
+    except ValueError as exc:
+        raise AppWorldError(str(exc)) from None
+    share = max(total - len(missed), 0) / total if total else 1.0
+    success = not missed
+    reward = 1.0 if success else (PARTIAL_CREDIT_SCALE * share if partial_credit else 0.0)
+    details = {"checks": total, "missed": missed[:_MAX_REQUIREMENTS], "check_share": share, "answer": answer}
+    return Evaluation(reward=reward, success=success, details=details)
 
 
 def evaluation_of(report: Any, *, partial_credit: bool = True) -> Evaluation:

@@ -24,13 +24,21 @@ from coevolve.core import ToolCall, content_hash
 from coevolve.envs.base import Action, Environment, Evaluation, Observation, StepResult, Task
 from coevolve.envs.toolworld.checker import ToolUse, build_checker, score
 from coevolve.envs.toolworld.demonstrations import demonstrations
-from coevolve.envs.toolworld.tasks import SPLITS, generate_family_tasks, generate_split, templates_of
+from coevolve.envs.toolworld.tasks import (
+    GAP_SPLITS,
+    SPLITS,
+    gap_family_errors,
+    generate_family_tasks,
+    generate_split,
+    templates_of,
+)
 from coevolve.envs.toolworld.tools import ToolCatalog
 from coevolve.envs.toolworld.world import World
 from coevolve.llm.toolcalls import ParsedReply, parse_call_list, parse_tool_calls
 
 TOOL_MODES = ("involved", "all")
-EXCLUDED = {"train": (), "test": ("train",), "validation": ("train", "test"), "heldout-templates": ()}
+EXCLUDED = {"train": (), "test": ("train",), "validation": ("train", "test"), "heldout-templates": (),
+            "gap-validation": (), "gap-test": ("gap-validation",)}
 """Splits whose task ids a split never repeats."""
 
 
@@ -70,13 +78,22 @@ class ToolWorldEnv(Environment):
         max_steps_per_turn: int = 6,
         tools: str = "involved",
         strict_arguments: bool = False,
+        gap_families: Sequence[str] = (),
+        n_gap_validation: int = 48,
+        n_gap_test: int = 48,
     ) -> None:
         if tools not in TOOL_MODES:
             raise ValueError(f"tools must be one of {TOOL_MODES}, got {tools!r}")
-        if max_steps_per_turn < 1 or min(n_train, n_test, n_heldout, n_validation) < 0:
+        if max_steps_per_turn < 1 or min(n_train, n_test, n_heldout, n_validation, n_gap_validation, n_gap_test) < 0:
             raise ValueError("max_steps_per_turn must be >= 1 and split sizes >= 0")
+        errors = gap_family_errors(list(gap_families))
+        if errors:
+            raise ValueError(errors[0])
         self.seed, self.max_steps_per_turn, self.tool_mode = seed, max_steps_per_turn, tools
-        self._sizes = {"train": n_train, "test": n_test, "validation": n_validation, "heldout-templates": n_heldout}
+        self.gap_families = tuple(gap_families)
+        """The coverage gap (`families_gap`): families of the `gap-validation`/`gap-test` splits only."""
+        self._sizes = {"train": n_train, "test": n_test, "validation": n_validation, "heldout-templates": n_heldout,
+                       "gap-validation": n_gap_validation, "gap-test": n_gap_test}
         self._catalog = ToolCatalog(strict_arguments=strict_arguments)
         self._splits: dict[str, list[Task]] = {}
         self._episode: _Episode | None = None
@@ -84,20 +101,21 @@ class ToolWorldEnv(Environment):
     # -- tasks -------------------------------------------------------------------------------------
 
     def splits(self) -> list[str]:
-        return list(SPLITS)
+        return [*SPLITS, *(GAP_SPLITS if self.gap_families else ())]
 
     def tasks(self, split: str) -> list[Task]:
         """The tasks of `split`, generated on first use (test excludes every train task id, validation every
         train and test id)."""
         if split not in self._splits:
-            templates_of(split)  # validates the name
+            templates_of(split, self.gap_families)  # validates the name
             exclude = {task.id for s in EXCLUDED[split] for task in self.tasks(s)}
-            self._splits[split] = generate_split(self._catalog, self.seed, split, self._sizes[split], exclude)
+            self._splits[split] = generate_split(self._catalog, self.seed, split, self._sizes[split], exclude,
+                                                 self.gap_families)  # fmt: skip
         return list(self._splits[split])
 
     def fresh_tasks(self, families: list[str], n: int, stream: str) -> list[Task]:
-        """`n` new tasks of the training `families` from seed stream `stream`, none of any split."""
-        taken = {task.id for split in SPLITS for task in self.tasks(split)}
+        """`n` new tasks of the training or gap `families` from seed stream `stream`, none of any split."""
+        taken = {task.id for split in self.splits() for task in self.tasks(split)}
         return generate_family_tasks(self._catalog, self.seed, families, n, stream, taken)
 
     def tool_schemas(self, task: Task) -> list[dict[str, Any]]:

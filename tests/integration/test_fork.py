@@ -56,7 +56,7 @@ def test_fork_copies_round_zero_and_the_run_ends_as_if_computed_alone(grpo_root,
     updates = "SELECT round, policy_version, loss, checkpoint FROM updates WHERE run = RUN ORDER BY round"
     forked_updates, alone_updates = _rows(tmp_path, "forked", updates), _rows(tmp_path, "alone", updates)
     assert [(u["round"], u["loss"]) for u in forked_updates] == [(u["round"], u["loss"]) for u in alone_updates]
-    assert all("run=forked" in u["checkpoint"] for u in forked_updates)
+    assert all(u["checkpoint"] == f"checkpoints/round={u['round']}" for u in forked_updates)
     assert (tmp_path / "run=forked" / "checkpoints" / "round=1").is_dir()
 
     # ids belong to the new run, and its ledger still joins

@@ -10,7 +10,7 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from coevolve.flows.cli import app
+from coevolve.cli import app
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.manifest import Manifest
 from tests.conftest import CONFIGS

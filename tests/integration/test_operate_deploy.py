@@ -25,13 +25,14 @@ def trigger(env: dict[str, str], *params: str) -> subprocess.CompletedProcess:
     return subprocess.run(args, env=env, capture_output=True, text=True, timeout=TIMEOUT + 60)
 
 
-def deployment_run_states(api_url: str) -> list[str]:
-    """States of the flow runs of any deployment (the server is shared with other tests' plain runs)."""
+def deployment_runs(api_url: str) -> list[dict]:
+    """The flow runs of any deployment (the server is shared with other tests' plain runs), oldest first."""
     import httpx
 
-    response = httpx.post(f"{api_url}/flow_runs/filter", json={"limit": 50}, timeout=10)
+    response = httpx.post(f"{api_url}/flow_runs/filter", json={"limit": 50, "sort": "EXPECTED_START_TIME_ASC"},
+                          timeout=10)  # fmt: skip
     response.raise_for_status()
-    return [run["state_type"] for run in response.json() if run["deployment_id"]]
+    return [run for run in response.json() if run["deployment_id"]]
 
 
 def test_served_deployment_runs_the_next_rounds(tmp_path, prefect_server):
@@ -41,8 +42,9 @@ def test_served_deployment_runs_the_next_rounds(tmp_path, prefect_server):
 
     root = tmp_path / "runs"
     env = {**os.environ, "PREFECT_API_URL": prefect_server, "PREFECT_HOME": str(tmp_path / "client-home"),
-           "COEVOLVE_HOME": str(root), "PREFECT_RUNNER_POLL_FREQUENCY": "1", "PREFECT_LOGGING_LEVEL": "WARNING"}
-    serve = Spawned.start([venv_bin("coevolve"), "serve"], tmp_path / "serve.log", env)
+           "PREFECT_RUNNER_POLL_FREQUENCY": "1", "PREFECT_LOGGING_LEVEL": "WARNING"}
+    env.pop("COEVOLVE_HOME", None)  # the storage root comes from `serve --root` alone
+    serve = Spawned.start([venv_bin("coevolve"), "serve", "--root", str(root)], tmp_path / "serve.log", env)
     try:
         def deployed() -> bool:
             return httpx.get(f"{prefect_server}/deployments/name/coevolve/round", timeout=5).status_code == 200
@@ -63,7 +65,8 @@ def test_served_deployment_runs_the_next_rounds(tmp_path, prefect_server):
         assert rounds == [{"round": 0, "n": 2}, {"round": 1, "n": 2}]
         updates = query(root, "SELECT round, base_version, policy_version FROM updates ORDER BY round").to_pylist()
         assert updates[1]["base_version"] == updates[0]["policy_version"]
-        assert deployment_run_states(prefect_server) == ["COMPLETED", "COMPLETED"]
+        runs = deployment_runs(prefect_server)
+        assert [(r["name"], r["state_type"]) for r in runs] == [("demo +1 round", "COMPLETED")] * 2
     finally:
         serve.kill()
     assert serve.proc.poll() is not None

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from coevolve import envs
+from coevolve.cli import app
 from coevolve.config import load_config
-from coevolve.flows.cli import app
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.store import RunStore
 
@@ -61,6 +61,10 @@ def test_eval_scores_the_last_policy_on_tasks_the_run_never_met(run_root):
     (["--env-seed", "9001", "--round", "7"], "no completed grpo_update in round 7"),
     (["--env-seed", "9001", "--split", "nope"], "has no split 'nope'"),
     (["--env-seed", "9001", "--max-tasks", "0"], "--max-tasks must be >= 1"),
+    (["--split", "validation"], "--env-seed: give a seed of toolworld"),
+    (["--env", "bfcl"], "--split: name the splits of bfcl"),
+    (["--env", "nowhere", "--split", "test"], "--env: no environment 'nowhere'"),
+    (["--env", "bfcl", "--split", "validation"], "environment 'bfcl' has no split 'validation'"),
 ])  # fmt: skip
 def test_bad_arguments_are_one_line(run_root, args, message):
     result = CliRunner().invoke(app, ["eval", "--run", "evo", *args, "--root", str(run_root)])
@@ -92,3 +96,21 @@ def test_sampled_episodes_per_task_score_each_task_by_their_mean(evolved_run, tm
     assert len(evals) == 12 and all(n == 3 for n in Counter(row["task_id"] for row in evals).values())
     assert summary["success"]["validation"] == sum(row["success"] for row in evals) / 12
     assert "of 4 tasks, 3 sampled episodes each" in result.output
+
+
+def test_a_tool_world_policy_is_scored_on_bfcl(tmp_path, evolved_run):
+    """The paper's transfer row: a run trained on one environment, scored on another one's split with that
+    environment's own checker; rows and summary name the environment, nothing is written into the run."""
+    root = tmp_path / "runs"
+    shutil.copytree(evolved_run.root, root)
+    result = CliRunner().invoke(app, ["eval", "--run", "evo", "--env", "bfcl", "--split", "test", "--max-tasks", "2",
+                                      "--root", str(root)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    [folder] = (root / "evaluations" / "evo").iterdir()
+    summary = json.loads((folder / "evaluation.json").read_text())
+    bfcl_tests = {task.id for task in envs.make("bfcl").tasks("test")}
+    evals = pq.read_table(folder / "evals.parquet").to_pylist()
+    assert summary["env"] == "bfcl" and summary["options"] == {} and summary["tasks"] == {"test": 2}
+    assert len(evals) == 2 and {row["task_id"] for row in evals} <= bfcl_tests
+    assert "test: success" in result.output and "(policy after round 1, bfcl)" in result.output
+    assert not (root / "run=evo" / "evaluations").exists()

@@ -141,6 +141,7 @@ def check_run(root: Path, run: str, result: dict, load_policy) -> list[dict]:
     """Versions as the flow must record them, and sampler log-probs equal to the trainer's under the
     version that sampled them; returns the updates rows."""
     from coevolve.storage.catalog import query
+    from coevolve.storage.layout import RunLayout
 
     assert len(result["rounds"]) == 2 and all(set(r.values()) == {"computed"} for r in result["rounds"])
     updates = query(root, f"SELECT round, policy_version, checkpoint FROM updates WHERE run = '{run}' "
@@ -151,7 +152,8 @@ def check_run(root: Path, run: str, result: dict, load_policy) -> list[dict]:
     assert by_round[0] == {next(iter(by_round[0]))} and next(iter(by_round[0])).startswith("base-")
     assert by_round[1] == {updates[0]["policy_version"]}  # round 1 sampled exactly round 0's update
     sampled_by_r0 = [s for s in samples if s["round"] == 1]
-    gaps = trainer_logprob_gaps(load_policy(Path(updates[0]["checkpoint"])), sampled_by_r0, 1.0)
+    policy = load_policy(RunLayout(root, run).checkpoint_at(updates[0]["checkpoint"]))
+    gaps = trainer_logprob_gaps(policy, sampled_by_r0, 1.0)
     assert float(gaps.mean()) < 1e-4 and float(gaps.max()) < 1e-2, (float(gaps.mean()), float(gaps.max()))
     return updates
 

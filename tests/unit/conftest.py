@@ -48,6 +48,17 @@ def explored(tokenizer, world):
 
 @pytest.fixture(scope="module")
 def verified(tokenizer, world):
+    """Hand-made candidates verified under `verify.judge: policy` (the policy's attempts decide)."""
+    return verify_hand_made(tokenizer, world, "policy")
+
+
+@pytest.fixture(scope="module")
+def executed(tokenizer, world):
+    """The same candidates verified under `verify.judge: execution` (the task's execution decides)."""
+    return verify_hand_made(tokenizer, world, "execution")
+
+
+def verify_hand_made(tokenizer, world, judge: str) -> SimpleNamespace:
     bank, messages = family(world.train, "bank_balance"), family(world.train, "send_message")
     (acc_a, a), (acc_b, b) = list(bank.initial_state["bank"]["accounts"].items())[:2]
     contact = next(iter(messages.initial_state["messages"]["contacts"]))
@@ -150,7 +161,7 @@ def verified(tokenizer, world):
     policy.chat = ChatFormat(tokenizer)
     lineage = {"x-signal": {"signal_id": "sig-1", "trajectory_id": "traj-1", "signal_kind": "boundary"}}
     out = verify_candidates(
-        policy, make_env, rows, world.test, lineage, VerifySettings(attempts=2), run="t", round_=3
+        policy, make_env, rows, world.test, lineage, VerifySettings(attempts=2, judge=judge), run="t", round_=3
     )
     return SimpleNamespace(
         rows=rows,

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from coevolve.benchmarks.record import RESULTS, figure, read_results, record_result
 from coevolve.benchmarks.report import current_rows, render
 from coevolve.benchmarks.suite import BENCHMARKS, COMMANDS
-from coevolve.flows.cli import app
+from coevolve.cli import app
 
 
 @pytest.mark.parametrize("name", list(BENCHMARKS))

@@ -227,9 +227,14 @@ def test_reference_satisfies_checker(bank):
     ctx, d = draft_before(reference_satisfies_checker, candidate(bank.task, f"What is {bank.a}'s balance?",
                                                                  bank.read, [bank.balance_a], "q"))  # fmt: skip
     reference_satisfies_checker(ctx, d)
-    d.derived = d.task.model_copy(update={"checker": {**d.task.checker, "final_state": {}}})
-    with pytest.raises(Rejected, match="^checker: the reference solution does not satisfy the derived checker$"):
-        reference_satisfies_checker(ctx, d)
+    assert (d.executed, d.executed_credit) == (True, 1.0)
+    d.derived = d.task.model_copy(update={"checker": {**d.task.checker, "final_state": {}}})  # the state: never
+    reference_satisfies_checker(ctx, d)  # verify.judge: execution: the answer is part of the task, retained
+    assert d.executed is False and 0 < d.executed_credit < 1
+    vetoed = replace(ctx, settings=VerifySettings(judge="policy"))
+    with pytest.raises(Rejected, match=r"^checker: the reference solution does not satisfy the derived checker "
+                                       r"\(progress 0\.50, an idle answer's 0\.00\)$"):  # fmt: skip
+        reference_satisfies_checker(vetoed, d)
 
 
 def test_check_candidate_keeps_what_the_checks_found(bank):

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from coevolve.cli import app
 from coevolve.config import load_config
-from coevolve.flows.cli import app
 from coevolve.flows.runs import RunError, completed_rounds, identity_changes, rounds_to_run
 from coevolve.flows.summary import artifact_key, markdown_summary, run_metrics
 from coevolve.storage.layout import RunLayout
@@ -313,3 +313,23 @@ def test_a_temporary_prefect_server_that_does_not_answer_names_the_way_out(monke
             startup_timeout_s=0.01):
         pass
     assert "PREFECT_API_URL" not in __import__("os").environ
+
+
+def test_a_flow_run_is_named_after_its_run_and_how_far_it_goes():
+    from coevolve.flows.coevolve import flow_run_label
+
+    assert flow_run_label({"run": "demo", "more": 1}) == "demo +1 round"
+    assert flow_run_label({"run": "demo", "more": 3}) == "demo +3 rounds"
+    assert flow_run_label({"config": "configs/test-tiny.yaml", "rounds": 4}) == "test-tiny to round 4"
+    assert flow_run_label({"run": "demo"}) == "demo"
+
+
+def test_version_prints_the_installed_version():
+    from importlib.metadata import version
+
+    from typer.testing import CliRunner
+
+    from coevolve.cli import app
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert (result.exit_code, result.output) == (0, f"coevolve {version('coevolve')}\n")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from coevolve.flows.cli import app
+from coevolve.cli import app
 from tests.conftest import CONFIGS
 
 TINY = str(CONFIGS / "test-tiny.yaml")

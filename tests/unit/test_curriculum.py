@@ -37,7 +37,7 @@ def test_the_oracle_draws_fresh_tasks_of_the_signalled_families(tmp_path, tokeni
     splits = {t.id for split in ("train", "test", "validation", "heldout-templates") for t in ctx.env_tasks(split)}
     assert not {c["task_id"] for c in candidates} & splits  # fresh: no task of any split
     verdicts = ctx.store.read(0, "verify", "verifications").to_pylist()
-    assert verdicts and all(v["reason"].startswith("the policy") for v in verdicts)  # well posed: judged by attempts
+    assert verdicts and all(v["reason"].startswith("executed: the reference solution satisfies") for v in verdicts)
     admitted = sum(v["outcome"] != "discard" for v in verdicts)
     assert ctx.store.manifest(0, "merge").outputs["added_tasks"] == admitted
 
@@ -56,3 +56,19 @@ def test_a_synthesized_task_points_the_oracle_at_the_families_calling_its_tools(
     exploration = {"status": "oracle", "exploration_id": "x1", "context": json.dumps({"families": [family]})}
     rows = oracle_candidates(env, [exploration], per_target=2, stream="s")
     assert len(rows) == 2 and {r["intent"] for r in rows} == {"order_status"}
+
+
+def test_the_gap_oracle_draws_the_gap_families_whatever_the_signals_mark(tmp_path, tokenizer):
+    """`evolve.curriculum: oracle-gap` (the coverage experiment's ceiling): each exploration names one gap
+    family, and the candidates are fresh tasks of those families, verified like any candidate."""
+    gap = ["deposit_funds", "contact_email"]
+    cfg = load_config(CONFIGS / "test-tiny.yaml", ["evolve.every=1", "evolve.curriculum=oracle-gap",
+                                                   f"env.options.gap_families=[{', '.join(gap)}]"])  # fmt: skip
+    ctx = fake_context(cfg, tmp_path, tokenizer)
+    for stage in (BOOTSTRAP, ROLLOUT, *EVOLUTION):
+        run_stage(stage, ctx, 0)
+    explorations = ctx.store.read(0, "explore", "explorations").to_pylist()
+    assert explorations and {f for x in explorations for f in json.loads(x["context"])["families"]} <= set(gap)
+    candidates = ctx.store.read(0, "abstract", "candidates").to_pylist()
+    assert candidates and {c["intent"] for c in candidates} <= set(gap)
+    assert ctx.store.read(0, "verify", "verifications").num_rows == len({c["candidate_id"] for c in candidates})

@@ -63,8 +63,7 @@ def test_every_registered_environment_is_an_environment():
     from coevolve.envs.appworld.env import AppWorldEnv
 
     assert isinstance(envs.make("toolworld", **SMALL), Environment) and isinstance(envs.make("bfcl"), Environment)
-    with pytest.raises(ValueError, match="^no verifiable checker for environment 'appworld'"):
-        AppWorldEnv().derive_checker({"task_id": "x"}, ["Do it."], [[]], [[]])  # no server needed
+    assert isinstance(AppWorldEnv(), Environment)  # its checker derivation: tests/unit/test_appworld_synthesized.py
 
 
 def test_the_tool_world_derives_a_checker_by_replaying_the_solution_to_the_letter():

@@ -1,47 +1,48 @@
-"""Imports flow one way, with no cycle, and no product module grows past the size budget.
+"""Imports flow one way, with no cycle, and no product module grows past the size budget; the layer tables of
+docs/architecture.md and README.md are this file's `LAYERS`, row for row.
 
-Layers, lowest first (a module imports only from its own package or a lower layer):
+Layers, lowest first (a module imports only from its own package or a lower layer). Each top-level folder
+of the repository is one package of the namespace `coevolve` (`FOLDERS`: `flows/` is `coevolve.flows`):
 
-    0  coevolve.core, coevolve.config,        shared ids and types, the run config, child processes
-       coevolve.processes
-    1  storage, envs, llm, rl                 (envs and rl may use llm: its tool-call parser, its chat template)
-    2  agents                                 policy, teacher, episode loop, ledger rows
-       ui                                     the web view (`coevolve ui`): reads storage only
-    3  executors, evolution                   where work runs; the evolution phases' logic
-    4  pipeline                               stage contract, run context, runner
-    5  stages                                 one module per stage
-    6  flows                                  the Prefect flow and the CLI
-    7  benchmarks
-    8  flows.cli                              the command line (a package), over everything (`coevolve bench` included)
+    0  coevolve/     shared ids and types, the run config, child processes, file hashes
+    1  storage/ envs/ llm/ rl/   (envs and rl may use llm: its tool-call parser, its chat template)
+    2  agents/ ui/   policy, teacher, episode loop, ledger rows; the web view (reads storage only)
+    3  executors/ evolution/     where work runs; the evolution phases' logic
+    4  pipeline/     stage contract, run context, runner
+    5  stages/       one module per stage
+    6  flows/        the Prefect flow, run resolution, fork, summaries
+    7  benchmarks/   the benchmark suite
+    8  cli/          the command line, over everything (`coevolve bench` included)
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 LAYERS = {
-    "coevolve.core": 0, "coevolve.config": 0,
+    "coevolve": 0,
     "coevolve.storage": 1, "coevolve.envs": 1, "coevolve.llm": 1, "coevolve.rl": 1,
     "coevolve.agents": 2, "coevolve.ui": 2,
     "coevolve.executors": 3, "coevolve.evolution": 3,
     "coevolve.pipeline": 4,
     "coevolve.stages": 5,
     "coevolve.flows": 6,
-    "coevolve.flows.cli": 8,
     "coevolve.benchmarks": 7,
-}
+    "coevolve.cli": 8,
+}  # fmt: skip
 SIDEWAYS = {("coevolve.envs", "coevolve.llm"), ("coevolve.rl", "coevolve.llm")}
 """Same-layer imports that are allowed: environments parse replies with llm's tool-call parser; a checkpoint
 saves llm's chat template with its tokenizer."""
 FOLDERS = {"coevolve": "coevolve", "agents": "coevolve.agents", "benchmarks": "coevolve.benchmarks",
-           "envs": "coevolve.envs", "evolution": "coevolve.evolution", "executors": "coevolve.executors",
-           "flows": "coevolve.flows", "llm": "coevolve.llm", "pipeline": "coevolve.pipeline", "rl": "coevolve.rl",
-           "stages": "coevolve.stages", "storage": "coevolve.storage",
-           "ui": "coevolve.ui"}  # fmt: skip
+           "cli": "coevolve.cli", "envs": "coevolve.envs", "evolution": "coevolve.evolution",
+           "executors": "coevolve.executors", "flows": "coevolve.flows", "llm": "coevolve.llm",
+           "pipeline": "coevolve.pipeline", "rl": "coevolve.rl", "stages": "coevolve.stages",
+           "storage": "coevolve.storage", "ui": "coevolve.ui"}  # fmt: skip
 MAX_LINES = 400
 
 
@@ -108,3 +109,13 @@ def test_no_import_cycle():
 def test_no_product_module_is_over_the_size_budget():
     too_long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
     assert not too_long, f"modules over {MAX_LINES} lines: {too_long}"
+
+
+@pytest.mark.parametrize("document", ["docs/architecture.md", "README.md"])
+def test_the_documented_layers_are_the_checked_ones(document):
+    """Each layer table row `| layer | `folder/` | `import name` | ... |` is one entry of LAYERS and FOLDERS,
+    and every package has its row: the pictures a newcomer reads cannot drift from what is enforced."""
+    rows = re.findall(r"^\| (\d) \| `(\w+)/` \| `([\w.]+)` \|", (REPO / document).read_text(), flags=re.MULTILINE)
+    documented = {(folder, name, int(layer)) for layer, folder, name in rows}
+    checked = {(folder, name, LAYERS[name]) for folder, name in FOLDERS.items()}
+    assert documented == checked, (sorted(documented - checked), sorted(checked - documented))

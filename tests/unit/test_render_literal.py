@@ -9,7 +9,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from coevolve.flows.cli import app
+from coevolve.cli import app
 from coevolve.flows.show import show
 from coevolve.flows.summary import round_line
 from coevolve.storage.layout import RunLayout
@@ -69,3 +69,15 @@ def test_runs_and_round_lines_are_plain_text(tmp_path):
     assert line.endswith("cached: [/x]") and "test 25%" in line
     result = CliRunner().invoke(app, ["runs", "--root", str(tmp_path)])
     assert result.exit_code == 0 and "no runs under" in result.output
+
+
+def test_sql_caps_a_table_at_max_rows_and_says_how_to_see_the_rest(tmp_path):
+    statement = "SELECT range AS n FROM range(30)"
+    capped = CliRunner().invoke(app, ["sql", statement, "--max-rows", "5", "--root", str(tmp_path)], terminal_width=80)
+    assert capped.exit_code == 0, capped.output
+    assert "... 25 more rows (--max-rows 30 shows them; --format csv prints all)" in capped.output
+    assert " 4 " in capped.output and " 5 " not in capped.output
+    everything = CliRunner().invoke(app, ["sql", statement, "--max-rows", "30", "--root", str(tmp_path)])
+    assert " 29" in everything.output and "more rows" not in everything.output
+    refused = CliRunner().invoke(app, ["sql", statement, "--max-rows", "0", "--root", str(tmp_path)])
+    assert refused.exit_code == 2 and "--max-rows must be >= 1" in refused.output

@@ -275,3 +275,86 @@ def test_missing_columns_are_reported():
         extract_signals(traj.drop("reward"), steps, round=1)
     with pytest.raises(ValueError, match="steps: missing column"):
         extract_signals(traj, steps.drop("step"), round=1, rare_pattern="bigram")
+
+
+# --- the stage's window: each marked round counts its own W rounds --------------------------------
+
+def _stage_context(tmp_path, every: int, window: int):
+    from coevolve.config import load_config
+    from coevolve.pipeline.context import RunContext
+    from tests.conftest import CONFIGS
+
+    config = load_config(CONFIGS / "test-tiny.yaml", [
+        f"evolve.every={every}", f"signals.window={window}", "signals.kinds=[rare]", "explore.rounds=1"])
+    return RunContext.create(config, "window", tmp_path, quiet=True)
+
+
+def _write_rollout(ctx, round_: int, uses: dict[str, list[str]]) -> None:
+    """One rewarded trajectory per task of `uses` ('<task>-r<round>-s0'), calling its tools in order."""
+    import time
+
+    from coevolve.storage.manifest import Manifest
+
+    trajectories, steps = [], []
+    for task, tools in uses.items():
+        tid = f"{task}-r{round_}-s0"
+        trajectories.append({
+            "trajectory_id": tid, "source": "rollout", "task_id": task, "group_id": f"{task}-{round_}",
+            "sample": 0, "policy_version": "p", "reward": 1.0, "success": True, "finish": "done", "error": None,
+            "num_turns": 1, "num_steps": len(tools), "num_tool_calls": len(tools), "num_tool_errors": 0,
+            "prompt_tokens": 1, "completion_tokens": 1, "messages": "[]", "eval_details": "{}",
+        })
+        steps += [{"trajectory_id": tid, "source": "rollout", "task_id": task, "step": i, "turn": i,
+                   "call_index": 0, "kind": "call", "tool": tool, "arguments": "{}", "ok": True,
+                   "observation": "", "reply": ""} for i, tool in enumerate(tools)]
+    manifest = Manifest("rollout", ctx.run, round_, f"key-{round_}", 1, started_at=time.time())
+    manifest.artifacts["trajectories"] = ctx.store.write(round_, "rollout", "trajectories", trajectories)
+    manifest.artifacts["steps"] = ctx.store.write(round_, "rollout", "steps", steps)
+    ctx.store.write_manifest(manifest.finish())
+
+
+def _rare_rows(ctx, round_: int) -> dict[str, tuple[int, int, int, list[str]]]:
+    """{trajectory_id: (trajectory_round, N, first_round, rare patterns)} of the stage's rare signals."""
+    rows = ctx.store.read(round_, "signals", "signals").to_pylist()
+    out = {}
+    for row in rows:
+        ev = json.loads(row["evidence"])
+        out[row["trajectory_id"]] = (row["trajectory_round"], ev["total"], ev["first_round"],
+                                     [p["pattern"] for p in ev["patterns"]])
+    return out
+
+
+def test_stage_counts_each_marked_round_over_its_own_window_when_f_exceeds_w(tmp_path):
+    from coevolve.pipeline.runner import run_stage
+    from coevolve.stages.signals import SIGNALS
+
+    # F = 3, W = 2, evolution at r = 5: marked rounds 3, 4, 5 count rounds 2-3, 3-4, 4-5
+    ctx = _stage_context(tmp_path, every=3, window=2)
+    _write_rollout(ctx, 0, {"z": ["rare_tool"] * 90})
+    _write_rollout(ctx, 1, {"c": ["y"] * 50})  # outside every marked round's window
+    _write_rollout(ctx, 2, {"b": ["common"] * 40})  # only round 3's window: not in the last W rounds
+    _write_rollout(ctx, 3, {"a": ["rare_tool", "common"]})
+    _write_rollout(ctx, 4, {"d": ["common"] * 20 + ["y"]})
+    _write_rollout(ctx, 5, {"e": ["common"] * 10})
+    assert SIGNALS.reads["steps"].rounds(ctx, 5) == [2, 3, 4, 5]
+    run_stage(SIGNALS, ctx, 5)
+    # round 3: rare_tool 1 / 42 (with round 2 unloaded, N = 2 and rare_tool 1 / 2 was not rare);
+    # round 4: y 1 / 23, N counting round 3's 2 calls (21 without them)
+    assert _rare_rows(ctx, 5) == {"a-r3-s0": (3, 42, 2, ["rare_tool"]), "d-r4-s0": (4, 23, 3, ["y"])}
+    assert run_stage(SIGNALS, ctx, 5).cached
+    _write_rollout(ctx, 2, {"b": ["common"] * 41})  # a round only round 3 reads is part of the key
+    assert not run_stage(SIGNALS, ctx, 5).cached
+    assert _rare_rows(ctx, 5)["a-r3-s0"][1] == 43
+
+
+def test_stage_n_of_the_earliest_marked_round_is_its_whole_window_when_f_equals_w(tmp_path):
+    from coevolve.pipeline.runner import run_stage
+    from coevolve.stages.signals import SIGNALS
+
+    # the paper's F = W = 10, evolution at r = 19: round 10 counts rounds 1-10, 30 calls each, plus one rare
+    ctx = _stage_context(tmp_path, every=10, window=10)
+    for r in range(20):
+        _write_rollout(ctx, r, {"t": ["common"] * 30 + (["rare_tool"] if r == 10 else [])})
+    assert SIGNALS.reads["steps"].rounds(ctx, 19) == list(range(1, 20))
+    run_stage(SIGNALS, ctx, 19)
+    assert _rare_rows(ctx, 19) == {"t-r10-s0": (10, 10 * 30 + 1, 1, ["rare_tool"])}  # 31 with the last W only

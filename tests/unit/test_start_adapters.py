@@ -95,7 +95,7 @@ def test_a_damaged_shipped_adapter_is_one_line_naming_it_and_the_rebuild(tmp_pat
 def test_warm_start_command_on_a_config_without_starts_is_one_line():
     from typer.testing import CliRunner
 
-    from coevolve.flows.cli import app
+    from coevolve.cli import app
 
     result = CliRunner().invoke(app, ["models", "warm-start", str(CONFIGS / "test-tiny.yaml")], terminal_width=400)
     assert result.exit_code == 2

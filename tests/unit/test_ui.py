@@ -12,7 +12,7 @@ from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
 from coevolve.benchmarks.ui_pages import RUN, pages, write_run
-from coevolve.flows.cli import app as cli
+from coevolve.cli import app as cli
 from coevolve.storage.catalog import query
 from coevolve.ui.app import create_app
 from coevolve.ui.trajectory import token_spans

@@ -86,6 +86,23 @@ def test_verify_outcomes(verified):
         assert v[name]["outcome"] == "discard" and v[name]["attempts"] == 0 and v[name]["task"] is None
 
 
+def test_execution_judges_by_the_task_not_by_the_policy(executed, verified):
+    """`verify.judge: execution`: every candidate whose reference solution passes the checks is accepted,
+    those the fake policy fails included (the policy-veto rule discards or retains them); the policy's
+    attempts are still made, recorded and reported; every check still discards what it discarded."""
+    e, p = executed.by_candidate, verified.by_candidate
+    attempted = ("accept", "retain", "called", "idle", "zero", "read")
+    assert {name: e[name]["outcome"] for name in attempted} == dict.fromkeys(attempted, "accept")
+    assert [p[name]["outcome"] for name in attempted] == ["accept", "retain", "discard", "discard", "discard",
+                                                           "discard"]  # fmt: skip
+    assert e["zero"]["reason"] == ("executed: the reference solution satisfies the checker; the policy solved "
+                                   "0/2 attempts (best progress 0.00)")  # fmt: skip
+    assert (e["zero"]["attempts"], e["zero"]["success"], e["accept"]["success"]) == (2, False, True)
+    assert len(executed.out["trajectories"]) == len(verified.out["trajectories"]) == 6 * 2
+    for name in set(e) - set(attempted):
+        assert (e[name]["outcome"], e[name]["reason"]) == ("discard", p[name]["reason"])
+
+
 def test_a_read_only_candidate_without_answers_asks_for_what_its_solution_reads(verified):
     row = verified.by_candidate["read"]
     assert json.loads(row["checker"])["answers"] == [[str(verified.balance_a)]]  # not the account it names

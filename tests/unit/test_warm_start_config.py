@@ -58,3 +58,29 @@ def test_a_run_builds_its_starts_once_and_saves_the_config_as_written(tmp_path, 
     assert again.use_policy(-1).model.config.model_type == "llama"
     save_resolved_config(ctx)
     assert load_config(ctx.store.layout.config_path) == spec
+
+
+@pytest.mark.slow
+def test_the_warm_start_step_records_which_starts_a_run_uses(tmp_path, monkeypatch):
+    from coevolve.file_hashes import file_sha256
+    from coevolve.pipeline.runner import run_stage
+    from coevolve.stages import round_plan
+    from coevolve.stages.warm_start import WARM_START
+
+    monkeypatch.setenv("COEVOLVE_CACHE", str(tmp_path / "cache"))
+    spec = load_config(CONFIGS / "test-tiny.yaml", TINY_STARTS)
+    assert [s.name for s in round_plan(spec, 0)][:2] == ["warm-start", "bootstrap"]
+    assert "warm-start" not in [s.name for s in round_plan(spec, 1)]
+    assert "warm-start" not in [s.name for s in round_plan(load_config(CONFIGS / "test-tiny.yaml"), 0)]
+
+    ctx = RunContext.create(spec, "starts", tmp_path / "runs")
+    first = run_stage(WARM_START, ctx, 0).manifest.outputs
+    assert first["policy"]["name"] == ctx.config.model.name and first["teacher"]["name"] == ctx.config.teacher.model
+    assert first["policy"]["built_now"] and first["teacher"]["built_now"] and first["policy"]["settings"]["tasks"] == 2
+    weights = resolve_model(ctx.config.model.name) / "model.safetensors"
+    assert first["policy"]["weights_sha256"] == {"model.safetensors": file_sha256(weights)}
+
+    other = RunContext.create(spec, "starts-2", tmp_path / "runs")  # another run on this machine: found, not built
+    second = run_stage(WARM_START, other, 0).manifest.outputs
+    assert not second["policy"]["built_now"] and second["policy"]["weights_sha256"] == first["policy"]["weights_sha256"]
+    assert run_stage(WARM_START, ctx, 0).cached

@@ -1,5 +1,5 @@
 """The `coevolve` command groups around runs: `env` (environments), `models` (the model cache), `engine`
-(inference servers), `bench` (the benchmark suite). Registered in `flows.cli`."""
+(inference servers), `bench` (the benchmark suite). Registered in `coevolve.cli`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from coevolve.flows.cli.support import Overrides, fail, user_errors
+from coevolve.cli.support import Overrides, fail, user_errors
 
 env_app = typer.Typer(no_args_is_help=True, help="Environments: list them, replay reference solutions.")
 models_app = typer.Typer(no_args_is_help=True, help="Models: resolve and convert into the local cache.")

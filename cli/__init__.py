@@ -27,9 +27,9 @@ from typing import Annotated
 
 import typer
 
-from coevolve.flows.cli import inspect_commands
-from coevolve.flows.cli.group_commands import bench, engine_app, env_app, models_app
-from coevolve.flows.cli.support import (
+from coevolve.cli import inspect_commands
+from coevolve.cli.group_commands import bench, engine_app, env_app, models_app
+from coevolve.cli.support import (
     Overrides,
     RootOption,
     fail,
@@ -43,9 +43,19 @@ from coevolve.flows.cli.support import (
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="CoEvolve: agent-data mutual evolution.")
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        typer.echo(f"coevolve {version('coevolve')}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main_options(verbose: Annotated[bool, typer.Option(
-        "--verbose", "-v", help="Show library logs (Prefect, transformers) on the terminal too.")] = False) -> None:
+        "--verbose", "-v", help="Show library logs (Prefect, transformers) on the terminal too.")] = False,
+        _version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                               help="Print the installed version and exit.")] = False) -> None:  # fmt: skip
     """Set before any library is imported: Prefect configures its logging when first imported."""
     console = "INFO" if verbose else "WARNING"
     os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", console)  # INFO still reaches the API
@@ -65,16 +75,21 @@ def run(
         help="Recompute every stage; also accepts a config that changes the run's model or environment.")] = False,
     overrides: Overrides = None,
     root: RootOption = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Validate the config and print the plan (rounds, D_0, splits, budget, differences "
+                          "from the paper); run nothing.")] = False,
 ) -> None:
     """Run or continue a CoEvolve run in-process (the `coevolve` Prefect flow, on PREFECT_API_URL's server
     or a temporary local one). A run whose every stage is cached prints its rounds without starting Prefect."""
-    if root is not None:
-        os.environ["COEVOLVE_HOME"] = str(root)
     from coevolve.flows.runs import all_cached, resolve_run, rounds_to_run
     from coevolve.pipeline.context import RunContext
 
     try:  # check config and run before paying for torch and Prefect
-        cfg, name, root_dir = resolve_run(config, run_name, overrides or [], force=force)
+        cfg, name, root_dir = resolve_run(config, run_name, overrides or [], force=force, root=root)
+        if dry_run:
+            from coevolve.flows.dry_run import dry_run as plan
+
+            return typer.echo(plan(cfg))
         ctx = RunContext.create(cfg, name, root_dir)
         total = rounds_to_run(ctx, rounds, more)
         if not force and all_cached(ctx, total):
@@ -85,7 +100,7 @@ def run(
 
         with prefect_api():
             result = coevolve(None if config is None else str(config), run=name, rounds=total,
-                              overrides=overrides or [], force=force)
+                              overrides=overrides or [], force=force, root=str(root_dir))
     except user_errors() as exc:
         fail(str(exc))
     _print_where(result["root"], result["run"])
@@ -112,14 +127,16 @@ def _print_where(root: str, run: str) -> None:
 def serve(
     name: Annotated[str, typer.Option(help="Deployment name: the flow is served as coevolve/NAME.")] = "round",
     limit: Annotated[int | None, typer.Option(help="At most this many flow runs at once.")] = 1,
+    root: RootOption = None,
 ) -> None:
     """Serve the `coevolve` flow as deployment coevolve/NAME from this process (needs a Prefect server:
-    PREFECT_API_URL). Trigger it with `prefect deployment run coevolve/round -p config=... -p more=1`."""
+    PREFECT_API_URL). Trigger it with `prefect deployment run coevolve/round -p config=... -p more=1`; its
+    runs are stored under --root (default: COEVOLVE_HOME or runs/)."""
     require_prefect_api("serve")
     quiet_libraries()
     from coevolve.flows.serve import serve_deployment
 
-    serve_deployment(name, limit=limit)
+    serve_deployment(name, limit=limit, root=root)
 
 
 @app.command()
@@ -185,17 +202,22 @@ def _rerun_stage(stage_def, cfg, layout, round_: int, *, force: bool):
 @app.command("eval")
 def evaluate(
     run_name: Annotated[str, typer.Option("--run", help="Run whose policy to evaluate.")],
-    env_seed: Annotated[int, typer.Option(help="The environment's seed option for the tasks (one no run used).")],
+    env_seed: Annotated[int | None, typer.Option(
+        help="The environment's seed option for the tasks (one no run used); needed unless --env names "
+             "another environment.")] = None,
+    env: Annotated[str | None, typer.Option(
+        help="Score on another environment (e.g. bfcl for a tool-world run: the paper's transfer row), with "
+             "its default options (and --env-seed when given).")] = None,
     round_: Annotated[int | None, typer.Option("--round", help="Policy after this round (default: the last).")] = None,
     splits: Annotated[list[str] | None, typer.Option(
         "--split", help="Split to evaluate (repeatable; default: the run's eval.splits).")] = None,
     max_tasks: Annotated[int | None, typer.Option(help="At most this many tasks per split.")] = None,
     root: RootOption = None,
 ) -> None:
-    """Evaluate a run's policy on tasks drawn with another environment seed, none of the run's own; the
-    rows go to <root>/evaluations/RUN/, outside the run (flows/reevaluate.py)."""
-    from coevolve.config import load_config
+    """Evaluate a run's policy on tasks it never met: drawn with another environment seed, or of another
+    environment (--env); the rows go to <root>/evaluations/RUN/, outside the run (flows/reevaluate.py)."""
     from coevolve.flows.reevaluate import reevaluate
+    from coevolve.flows.runs import load_saved_config
     from coevolve.pipeline.context import RunContext
 
     layout = run_layout(root, run_name)
@@ -204,18 +226,26 @@ def evaluate(
     if max_tasks is not None and max_tasks < 1:
         fail(f"--max-tasks must be >= 1, got {max_tasks}")
     try:
-        cfg = load_config(layout.config_path)
+        cfg = load_saved_config(layout)
+        other = env is not None and env != cfg.env.name
+        if not other and env_seed is None:
+            fail(f"--env-seed: give a seed of {cfg.env.name} that no run used (e.g. 9001), or --env another "
+                 f"environment")
+        if other and not splits:
+            fail(f"--split: name the splits of {env} to score (`coevolve env list` shows them)")
         wanted = splits or ([cfg.eval.splits] if isinstance(cfg.eval.splits, str) else list(cfg.eval.splits or []))
+        seed = {} if env_seed is None else {"seed": env_seed}
+        options = seed if other else {**cfg.env.options, **seed}
         quiet_libraries()
-        summary = reevaluate(RunContext.create(cfg, layout.run, layout.root), round_=round_,
-                             options={**cfg.env.options, "seed": env_seed}, splits=wanted,
-                             max_tasks=max_tasks, root=layout.root)  # fmt: skip
+        summary = reevaluate(RunContext.create(cfg, layout.run, layout.root), round_=round_, options=options,
+                             splits=wanted, max_tasks=max_tasks, root=layout.root, env=env)  # fmt: skip
     except (*user_errors(), ValueError) as exc:
         fail(str(exc))
     each = f", {summary['samples']} sampled episodes each" if summary["samples"] > 1 else ""
+    where = summary["env"] + (f", env seed {env_seed}" if env_seed is not None else "")
     for split, success in summary["success"].items():
         typer.echo(f"{split}: success {success:.1%} of {summary['tasks'][split]} tasks{each} "
-                   f"(policy after round {summary['round']}, env seed {env_seed})")  # fmt: skip
+                   f"(policy after round {summary['round']}, {where})")  # fmt: skip
     typer.echo(f"rows in {summary['folder']}/")
 
 
@@ -251,12 +281,15 @@ def fork(
     `coevolve fork grpo-s0 coevolve-s0 --set evolve.every=1` shares round 0's rollout, update and evals."""
     from coevolve.config import load_config
     from coevolve.flows.fork import fork_run
+    from coevolve.flows.runs import load_saved_config
 
     base = config or run_layout(root, source).config_path
     try:
         if not base.exists():
             fail(f"no run '{source}' under {root_of(root)} ({base} missing). List runs with `coevolve runs`.")
-        copied = fork_run(load_config(base, overrides or []), root_of(root), source, target, rounds)
+        cfg = (load_config(base, overrides or []) if config
+               else load_saved_config(run_layout(root, source), overrides or []))  # fmt: skip
+        copied = fork_run(cfg, root_of(root), source, target, rounds)
     except user_errors() as exc:
         fail(str(exc))
     typer.echo(f"run '{target}': {len(copied)} stages copied from '{source}'"
@@ -275,14 +308,13 @@ def _did_you_mean(name: str) -> str:
 
 def _stage_config(layout, overrides: list[str], *, force: bool):
     """The run's saved config; overrides are validated, then saved into it (with a note)."""
-    from coevolve.config import load_config
-    from coevolve.flows.runs import check_compatible, persist_overrides
+    from coevolve.flows.runs import check_compatible, load_saved_config, persist_overrides
 
-    before = load_config(layout.config_path)
+    before = load_saved_config(layout)
     if not overrides:
         return before
     if not force:
-        check_compatible(layout, load_config(layout.config_path, overrides), config_source="--set")
+        check_compatible(layout, load_saved_config(layout, overrides), config_source="--set")
     cfg = persist_overrides(layout, overrides)
     if cfg != before:
         typer.echo(f"note: saved {', '.join(overrides)} into {layout.config_path}; the flow and later stages "
@@ -290,7 +322,8 @@ def _stage_config(layout, overrides: list[str], *, force: bool):
     return cfg
 
 
-for command in (inspect_commands.sql, inspect_commands.runs, inspect_commands.evolution, inspect_commands.show, inspect_commands.ui):
+for command in (inspect_commands.sql, inspect_commands.runs, inspect_commands.compare, inspect_commands.evolution,
+                inspect_commands.show, inspect_commands.ui):
     app.command()(command)
 app.add_typer(env_app, name="env")
 app.add_typer(models_app, name="models")

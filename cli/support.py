@@ -11,6 +11,9 @@ import typer
 
 Overrides = Annotated[list[str] | None, typer.Option("--set", help="Config override KEY=VALUE (repeatable).")]
 RootOption = Annotated[Path | None, typer.Option("--root", help="Storage root (default: $COEVOLVE_HOME or runs).")]
+LIBRARY_NOTICES = (FutureWarning, DeprecationWarning, PendingDeprecationWarning)
+"""Warning categories the libraries use for notices to their own users (an argument renamed in a future
+version, ...): not shown without --verbose."""
 
 
 def fail(message: str) -> None:
@@ -36,15 +39,19 @@ def root_of(root: Path | None) -> Path:
 
 
 def quiet_libraries() -> None:
-    """Keep the terminal for our progress bars and summary lines: flow and task run logs (state changes,
-    a failed stage's traceback) go to the Prefect API only, unless --verbose; the command itself reports
-    errors, as one paragraph for bad input or state."""
+    """Keep the terminal (and a log the output goes to) for our progress and summary lines: flow and task
+    run logs (state changes, a failed stage's traceback) go to the Prefect API only, and the libraries'
+    deprecation notices (a transformers `FutureWarning`, ...) are not shown, unless --verbose; the command
+    itself reports errors, as one paragraph for bad input or state."""
     import logging
+    import warnings
 
     from prefect.logging.configuration import ensure_logging_setup
     from transformers.utils import logging as hf_logging
 
     if os.environ.get("TRANSFORMERS_VERBOSITY") == "error":
+        for category in LIBRARY_NOTICES:
+            warnings.filterwarnings("ignore", category=category)
         hf_logging.disable_progress_bar()
         ensure_logging_setup()
         for name in ("prefect.flow_runs", "prefect.task_runs"):

@@ -1,29 +1,36 @@
 """The `coevolve` commands that look at runs: `sql`, `runs`, `evolution`, `show`, `ui` (registered by
-`flows.cli`). They read the runs folder only."""
+`coevolve.cli`). They read the runs folder only."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from coevolve.flows.cli.support import RootOption, fail, root_of, run_layout
+from coevolve.cli.support import RootOption, fail, root_of, run_layout, user_errors
 
 
 def sql(
     query: Annotated[str, typer.Argument(help="SQL over the views trajectories, steps, samples, updates, ...")],
     format_: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    max_rows: Annotated[int, typer.Option(help="Rows a table shows at most (csv and json print all).")] = 200,
     root: RootOption = None,
 ) -> None:
-    """Query every run with DuckDB (views over the Parquet artifacts, with run/round/stage columns;
-    see docs/sql.md)."""
+    """Query every run with DuckDB, read-only (views over the Parquet artifacts, with run/round/stage
+    columns; SELECT statements only, files under the root only; see docs/sql.md)."""
     import duckdb
 
-    from coevolve.storage.catalog import ArtifactFiles
+    from coevolve.storage.catalog import ArtifactFiles, repair_catalog
     from coevolve.storage.catalog import query as run_query
 
     if format_ not in {"table", "csv", "json"}:
         fail("--format must be table, csv or json")
+    if max_rows < 1:
+        fail(f"--max-rows must be >= 1, got {max_rows}")
+    warning = repair_catalog(root_of(root))  # the persisted catalog other clients open
+    if warning:
+        typer.echo(warning, err=True)
     files = ArtifactFiles.scan(root_of(root))
     try:
         table = run_query(root_of(root), query, files)
@@ -35,7 +42,7 @@ def sql(
 
     for note in unreadable_notes(files.unreadable):
         typer.echo(note, err=True)
-    print_table(table, format_)
+    print_table(table, format_, max_rows=max_rows)
 
 
 def runs(root: RootOption = None) -> None:
@@ -43,11 +50,42 @@ def runs(root: RootOption = None) -> None:
     from coevolve.flows.render import print_rows
     from coevolve.flows.summary import runs_overview
 
-    rows = runs_overview(root_of(root))
+    try:
+        rows = runs_overview(root_of(root))
+    except user_errors() as exc:  # a manifest of the wrong shape
+        fail(str(exc))
     if not rows:
         typer.echo(f"no runs under {root_of(root)} yet; start one with `coevolve run configs/test-tiny.yaml`")
         return
     print_rows(rows)
+
+
+def compare(
+    left: Annotated[str, typer.Argument(metavar="RUN", help="A run under --root.")],
+    right: Annotated[str, typer.Argument(metavar="OTHER", help="The run to compare it with (under --other-root).")],
+    other_root: Annotated[Path | None, typer.Option(
+        help="Storage root of OTHER (default: --root).")] = None,  # fmt: skip
+    root: RootOption = None,
+) -> None:
+    """Whether two runs computed the same thing: every artifact and checkpoint file hash of every stage,
+    from the manifests. Exit status 1 when any differs (a change meant to keep behaviour must pass it)."""
+    from coevolve.flows.compare import compare_runs
+
+    ours, theirs = run_layout(root, left), run_layout(other_root or root, right)
+    for layout in (ours, theirs):
+        if not layout.run_dir.exists():
+            fail(f"no run '{layout.run}' under {layout.root}; list runs with `coevolve runs`")
+    try:
+        compared, differences = compare_runs(ours, theirs)
+    except user_errors() as exc:  # a manifest of the wrong shape
+        fail(str(exc))
+    for d in differences:
+        typer.echo(f"round {d.round} {d.stage}: {d.what}: {d.left} != {d.right}")
+    outputs = [d for d in differences if d.what != "key"]
+    keys = len(differences) - len(outputs)
+    typer.echo(f"{compared} outputs compared: {len(outputs)} differ; {keys} cache keys differ")
+    if outputs:
+        raise typer.Exit(1)
 
 
 def evolution(

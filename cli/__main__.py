@@ -1,0 +1,5 @@
+"""`python -m coevolve.cli ...` runs the `coevolve` command."""
+
+from coevolve.cli import main
+
+main()

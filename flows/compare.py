@@ -1,0 +1,82 @@
+"""`coevolve compare`: whether two runs computed the same thing, from their stage manifests.
+
+Manifests record the sha256 of every artifact a stage wrote and of every file of its checkpoint folders
+(`storage.manifest`), never timings, so two runs of one config on one machine agree on every hash
+exactly when they wrote the same rows and the same weights. That is the check a change that should not
+change behaviour (a refactor, a dependency bump) passes: run a config before and after it under one run
+name in two storage roots (rows and ids carry the run's name), then compare.
+Cache keys are reported apart: a change to a stage's declaration changes its key and nothing it writes.
+An artifact whose files differ is read back: rows equal but for their timing columns (`schemas.TIMINGS`,
+the seconds an update took) are the same computation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow.parquet as pq
+
+from coevolve.storage.layout import MANIFEST, RunLayout
+from coevolve.storage.manifest import Manifest
+from coevolve.storage.schemas import TIMINGS
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One stage output (or a whole stage) present or hashed differently in the two runs."""
+
+    round: int
+    stage: str
+    what: str
+    """`artifact NAME`, `file FOLDER/NAME`, `stage` (run by one run only) or `key` (cache key only)."""
+    left: str
+    right: str
+
+
+def _manifests(layout: RunLayout) -> dict[tuple[int, str], Manifest]:
+    found = {}
+    for path in sorted(layout.run_dir.glob(f"round=*/stage=*/{MANIFEST}")):
+        manifest = Manifest.read(path)
+        if manifest is not None:
+            found[(manifest.round, manifest.stage)] = manifest
+    return found
+
+
+def _hashes(manifest: Manifest) -> dict[str, str]:
+    out = {f"artifact {name}": ref.sha256 for name, ref in manifest.artifacts.items()}
+    for folder, refs in manifest.files.items():
+        out |= {f"file {folder}/{name}": ref.sha256 for name, ref in refs.items()}
+    return out
+
+
+def _same_but_timings(left: RunLayout, right: RunLayout, round_: int, stage: str, what: str) -> bool:
+    """Whether an artifact whose files differ holds the same rows once its timing columns are dropped."""
+    kind, _, name = what.partition(" ")
+    if kind != "artifact" or name not in TIMINGS:
+        return False
+    try:
+        tables = [pq.read_table(layout.artifact_path(round_, stage, name)) for layout in (left, right)]
+    except OSError:  # a file gone since its manifest was written: the difference stands
+        return False
+    kept = [t.drop_columns([c for c in TIMINGS[name] if c in t.column_names]) for t in tables]
+    return kept[0].equals(kept[1])
+
+
+def compare_runs(left: RunLayout, right: RunLayout) -> tuple[int, list[Difference]]:
+    """(outputs compared, differences) between two runs' stages, by round then stage."""
+    ours, theirs = _manifests(left), _manifests(right)
+    compared, differences = 0, []
+    for round_, stage in sorted(ours.keys() | theirs.keys()):
+        a, b = ours.get((round_, stage)), theirs.get((round_, stage))
+        if a is None or b is None:
+            differences.append(Difference(round_, stage, "stage", "ran" if a else "absent", "ran" if b else "absent"))
+            continue
+        mine, yours = _hashes(a), _hashes(b)
+        for what in sorted(mine.keys() | yours.keys()):
+            compared += 1
+            if mine.get(what) != yours.get(what) and not _same_but_timings(left, right, round_, stage, what):
+                differences.append(Difference(round_, stage, what, mine.get(what, "absent")[:16],
+                                              yours.get(what, "absent")[:16]))  # fmt: skip
+        if a.key != b.key:
+            differences.append(Difference(round_, stage, "key", a.key, b.key))
+    return compared, differences
