@@ -17,6 +17,7 @@ state it starts from. `test_premise_the_updates_move_every_weight` checks that t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -71,7 +72,24 @@ def coevolve(root: Path, api: str, *overrides: str, kill: str | None = None,
         env["COEVOLVE_TEST_KILL"] = kill
     sets = [arg for override in overrides for arg in ("--set", override)]
     command = [str(Path(sys.executable).with_name("coevolve")), *COMMAND, *sets, "--root", str(root)]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
+    return run_in_own_group(command, env, timeout)
+
+
+def run_in_own_group(command: list[str], env: dict, timeout: float) -> subprocess.CompletedProcess:
+    """`subprocess.run` in a new process group, the whole group killed at `timeout`: a child of the run
+    holding its pipes open can then not keep the test waiting for their end."""
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)  # fmt: skip
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, err = process.communicate()
+        pytest.fail(f"`coevolve {' '.join(command[1:])}` ran past {timeout:.0f} s; its stderr: {err[-2000:]}")
+    if process.returncode == -signal.SIGKILL:  # a killed run's children, if any, go with it
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(command, process.returncode, out, err)
 
 
 def rows_of(root: Path) -> dict[str, list[tuple]]:
@@ -215,7 +233,7 @@ def test_two_writers_one_completes_the_other_names_it(tmp_path, prefect_server, 
     while not (tmp_path / "run=faults" / ".lock").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(1.0)  # the lock is taken once the flow starts
-    second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    second = run_in_own_group(command, env, 600)
     out, err = first.communicate(timeout=600)
     assert first.returncode == 0, err
     assert second.returncode == 2 and "is being written by process" in second.stderr, second.stderr
