@@ -89,6 +89,8 @@ def _run_stage(stage: StageDef, ctx: RunContext, round_: int, *, force: bool) ->
                           for folder in result.folders}  # fmt: skip
         manifest.outputs = result.outputs
         ctx.store.write_manifest(manifest.finish())
+        if result.after_manifest is not None:
+            result.after_manifest()
     except Exception as exc:
         if not _disk_full(exc):
             raise

@@ -208,6 +208,10 @@ class StageResult:
     folders: tuple[Path, ...] = ()
     """Folders the stage wrote besides its artifacts (a checkpoint): their files' hashes go into the
     manifest and are checked like artifacts."""
+    after_manifest: Callable[[], None] | None = None
+    """Clean-up that runs once the manifest is written, never before: what it deletes (older checkpoints,
+    their optimizer state) may be what this stage needs should it be computed again, and a run killed
+    before its manifest computes it again."""
 
 
 class Inputs(Mapping[str, Any]):

@@ -9,8 +9,8 @@ Layout of a checkpoint directory:
 
 The weights are saved in the dtype the model trains in (`model.dtype`: float32 or bfloat16), never cast.
 The optimizer state (AdamW: two tensors per weight, twice the weights' size) is what continuing the
-training needs, and only the newest checkpoint of a run keeps it: `drop_optimizer_state` deletes it from
-the older ones once a newer one is saved (`stages.grpo_update`), leaving a note. Loading such a
+training needs, and only the newest two checkpoints of a run keep it: `drop_optimizer_state` deletes it
+from the older ones once a newer one is saved (`stages.grpo_update`), leaving a note. Loading such a
 checkpoint loads its weights as before; `load_optimizer_state` then starts the optimizer fresh and says so
 (it returns False), `read_optimizer_state` refuses in one line.
 
@@ -250,8 +250,8 @@ def drop_optimizer_state(directory: Path, newer: Path) -> bool:
     path = Path(directory) / OPTIMIZER_FILE
     if not path.is_file():
         return False
-    note = (f"optimizer state dropped when {Path(newer).name} was saved (only a run's newest checkpoint "
-            f"keeps one); an update continuing from these weights starts its optimizer fresh")
+    note = (f"optimizer state dropped when {Path(newer).name} was saved (only a run's newest two "
+            f"checkpoints keep one); an update continuing from these weights starts its optimizer fresh")
     (Path(directory) / OPTIMIZER_DROPPED).write_text(note + "\n")
     path.unlink()
     _fsync_dir(Path(directory))

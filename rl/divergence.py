@@ -21,9 +21,12 @@ class DivergenceError(RuntimeError):
     ``steps``); the message names what was non-finite and the likely cause. The model in memory may hold
     the weights of earlier steps (or, for ``what == "weights"``, the diverged ones): reload it."""
 
-    def __init__(self, step: int, steps: int, what: str, lr: float) -> None:
-        self.step, self.steps, self.what, self.lr = step, steps, what, lr
-        if what == "weights" or step > 1:  # the update's own steps moved the weights too far
+    def __init__(self, step: int, steps: int, what: str, lr: float, dtype: str = "") -> None:
+        self.step, self.steps, self.what, self.lr, self.dtype = step, steps, what, lr, dtype
+        if dtype == "float16":  # AdamW's eps (1e-8) is 0 in float16: a weight with gradient 0 gets 0/0
+            cause = ("the float16 weights: AdamW's eps (1e-8) is 0 in float16, so a weight whose gradient is 0 "
+                     "steps by 0/0; train in float32 or bfloat16 (model.dtype)")
+        elif what == "weights" or step > 1:  # the update's own steps moved the weights too far
             cause = f"the learning rate {lr:g} is too high for this model"
         else:  # nothing of this update was applied yet: the policy it started from
             cause = ("the policy this update starts from gives non-finite log-probs (an earlier update's "
@@ -38,14 +41,16 @@ _QUANTITY = {"loss": "loss", "grad_norm": "gradient norm"}
 
 @dataclass(frozen=True)
 class Guard:
-    """Where the update stands, for `DivergenceError`: the total number of optimizer steps and the lr."""
+    """Where the update stands, for `DivergenceError`: the total number of optimizer steps, the lr and the
+    weights' dtype."""
 
     steps: int
     lr: float
+    dtype: str = ""
 
     def check(self, step: int, what: str, value: float) -> None:
         if not math.isfinite(value):
-            raise DivergenceError(step, self.steps, what, self.lr)
+            raise DivergenceError(step, self.steps, what, self.lr, self.dtype)
 
 
 def finite_weights(model: nn.Module, accelerator: Any | None) -> bool:

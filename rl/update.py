@@ -206,7 +206,7 @@ def _optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, max_grad
     guard.check(step, "grad_norm", grad_norm)
     optimizer.step()
     if not finite_weights(model, accelerator):
-        raise DivergenceError(step, guard.steps, "weights", guard.lr)
+        raise DivergenceError(step, guard.steps, "weights", guard.lr, guard.dtype)
     return grad_norm
 
 
@@ -320,7 +320,8 @@ def grpo_update(
         ref = _reference_logprobs(model, ref_model, batch, local_plan, hp)
         was_training = model.training
         model.train()
-        guard = Guard(steps=hp.epochs * len(shards), lr=float(optimizer.param_groups[0]["lr"]))
+        dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+        guard = Guard(steps=hp.epochs * len(shards), lr=float(optimizer.param_groups[0]["lr"]), dtype=dtype)
         try:
             for _ in range(hp.epochs):
                 for m, shard in enumerate(shards):

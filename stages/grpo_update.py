@@ -15,14 +15,17 @@ The manifest's outputs carry the update's per-optimizer-step metrics (`steps`, `
 its group count beside the `updates` row's values: `flows.tracking` logs them per step, `flows.summary` per
 round.
 
-Only the newest checkpoint of the run keeps its optimizer state (`optimizer.pt`, twice the weights' size):
-once this round's checkpoint is saved, the optimizer state of every other checkpoint of the run is deleted
-(`rl.checkpoint.drop_optimizer_state`, which leaves a note), and their grpo_update manifests stop recording
-it; their weights stay as recorded, and load as before. A run continues from its newest checkpoint (in
-memory, or from its `optimizer.pt` after a restart), so nothing changes for it. An update that continues
-from an older round's weights (`coevolve stage grpo_update --round R --force` of an older round, a fork
-from an older round) starts its optimizer fresh instead, and says so in one line; with an accelerate
-config that shards the weights (FSDP) it is refused in one line.
+Only the newest two checkpoints of the run keep their optimizer state (`optimizer.pt`, twice the weights'
+size; `OPTIMIZER_STATES_KEPT`): once this round's manifest is written (never before: a run killed in
+between computes this update again, from the state it started from), older checkpoints beyond
+`train.keep_checkpoints` are deleted, and the optimizer state of any other older one
+(`rl.checkpoint.drop_optimizer_state`, which leaves a note), whose grpo_update manifest stops recording it;
+its weights stay as recorded, and load as before. A run continues from its newest checkpoint (in memory,
+or from its `optimizer.pt` after a restart), and its newest update, computed again (its checkpoint damaged),
+continues from the one before it: both exact. An update that continues from an older round's weights
+(`coevolve stage grpo_update --round R --force` of an older round, a fork from an older round) starts its
+optimizer fresh instead, and says so in one line; with an accelerate config that shards the weights (FSDP)
+it is refused in one line.
 
 An update that diverges (a non-finite loss, gradient norm or weights, `rl.divergence.DivergenceError`) stops
 before anything is saved, as one `UpdateDivergedError` naming the round, the optimizer step and the likely
@@ -49,6 +52,12 @@ if TYPE_CHECKING:
     from coevolve.rl.divergence import DivergenceError
 
 
+OPTIMIZER_STATES_KEPT = 2
+"""The newest checkpoints that keep their optimizer state: the newest, to continue from, and the one it was
+trained from, so that the newest update, killed before its manifest or its checkpoint damaged, is computed
+again exactly."""
+
+
 class UpdateDivergedError(ArtifactError):
     """A round's GRPO update diverged; nothing of it was saved (shown as one paragraph by the CLI)."""
 
@@ -69,8 +78,6 @@ def update_policy(ctx: StageContext, round_: int, inputs: Inputs) -> StageResult
     else:
         metrics = _in_process_update(ctx, round_, policy, samples_batch(inputs["samples"].table()), checkpoint)
         policy.publish(version, checkpoint)
-    _prune_checkpoints(ctx, round_)
-    _drop_older_optimizer_states(ctx)
     row = {
         "step": round_, "base_version": base, "policy_version": version,
         "loss": metrics["loss"], "pg_loss": metrics["pg_loss"], "kl": metrics["kl"],
@@ -82,7 +89,8 @@ def update_policy(ctx: StageContext, round_: int, inputs: Inputs) -> StageResult
     outputs = {"policy_version": version, "checkpoint": checkpoint_name(round_), **{k: row[k] for k in (
         "loss", "kl", "grad_norm", "tokens", "groups_with_signal", "seconds")},
         "groups": int(metrics["groups"]), "steps": list(metrics.get("steps", ()))}  # steps: for trackers
-    return StageResult({"updates": [row]}, outputs, folders=(checkpoint,))
+    return StageResult({"updates": [row]}, outputs, folders=(checkpoint,),
+                       after_manifest=lambda: _keep_newest_checkpoints(ctx, round_))
 
 
 def _in_process_update(ctx: StageContext, round_: int, policy: PolicyModel, batch: Any,
@@ -109,11 +117,15 @@ def _in_process_update(ctx: StageContext, round_: int, policy: PolicyModel, batc
 def diverged(ctx: StageContext, round_: int, exc: DivergenceError) -> UpdateDivergedError:
     """The one paragraph a diverged update shows: round, step, cause, and the command that continues."""
     train = ctx.config.train
+    if exc.dtype == "float16":
+        change = "model.dtype float16", "model.dtype=float32"
+    else:
+        change = (f"train.lr {train.lr:g}, train.max_grad_norm {train.max_grad_norm:g}, train.beta {train.beta:g}",
+                  f"train.lr={train.lr / 10:g}")
     return UpdateDivergedError(
         f"round {round_} of run '{ctx.run}': {exc}. Nothing of this update was saved (no checkpoint, no "
-        f"grpo_update manifest). Change the config (train.lr {train.lr:g}, train.max_grad_norm "
-        f"{train.max_grad_norm:g}, train.beta {train.beta:g}) and continue, e.g. "
-        f"`coevolve run --run {ctx.run} --set train.lr={train.lr / 10:g}`."
+        f"grpo_update manifest). Change the config ({change[0]}) and continue, e.g. "
+        f"`coevolve run --run {ctx.run} --set {change[1]}`."
     )
 
 
@@ -127,7 +139,7 @@ def _launched_update(ctx: StageContext, round_: int, checkpoint: Path) -> dict[s
         if sharding_of(find_config(ctx.config.train.accelerate_config or "")) is not None:
             raise ArtifactError(
                 f"round {round_} of run '{ctx.run}': the update continues from round {round_ - 1}'s "
-                f"checkpoint, whose optimizer state was dropped (only a run's newest checkpoint keeps one), "
+                f"checkpoint, whose optimizer state was dropped (only a run's newest two checkpoints keep one), "
                 f"and a sharded (FSDP) update cannot start it fresh; run it with a data-parallel "
                 f"train.accelerate_config or in process (train.accelerate_config=null)"
             )
@@ -138,6 +150,13 @@ def _launched_update(ctx: StageContext, round_: int, checkpoint: Path) -> dict[s
     return launch_update(ctx.launch_config, root=ctx.store.layout.root, run=ctx.run, round_=round_,
                          previous=ctx.checked_policy_after(round_ - 1), checkpoint=checkpoint,
                          job_dir=job_dir)  # fmt: skip
+
+
+def _keep_newest_checkpoints(ctx: StageContext, round_: int) -> None:
+    """Once round `round_`'s manifest is written: only the newest `train.keep_checkpoints` checkpoints
+    stay, and only the newest two of them keep their optimizer state (see the module docstring)."""
+    _prune_checkpoints(ctx, round_)
+    _drop_older_optimizer_states(ctx)
 
 
 def _prune_checkpoints(ctx: StageContext, round_: int) -> None:
@@ -162,11 +181,11 @@ def _optimizer_dropped_before(ctx: StageContext, round_: int) -> bool:
 def _say_fresh_optimizer(ctx: StageContext, round_: int) -> None:
     if not ctx.quiet:
         print(f"round {round_} update: the optimizer starts fresh: round {round_ - 1}'s checkpoint kept no "
-              f"optimizer state (only the newest checkpoint of a run keeps one)", flush=True)
+              f"optimizer state (only the newest two checkpoints of a run keep one)", flush=True)
 
 
 def _drop_older_optimizer_states(ctx: StageContext) -> None:
-    """Keep optimizer state in the run's newest checkpoint only (see the module docstring): each other
+    """Keep optimizer state in the run's newest two checkpoints only (see the module docstring): each older
     checkpoint's grpo_update manifest first stops recording its optimizer.pt (a crash in between leaves a
     file nobody checks), then the file goes."""
     from coevolve.rl.checkpoint import OPTIMIZER_FILE, drop_optimizer_state
@@ -176,8 +195,9 @@ def _drop_older_optimizer_states(ctx: StageContext) -> None:
     if not found:
         return
     newest = found[max(found)]
+    kept = sorted(found)[-OPTIMIZER_STATES_KEPT:]
     for old, directory in sorted(found.items()):
-        if directory == newest or not (directory / OPTIMIZER_FILE).is_file():
+        if old in kept or not (directory / OPTIMIZER_FILE).is_file():
             continue
         manifest = ctx.store.manifest(old, "grpo_update")
         refs = None if manifest is None else manifest.files.get(checkpoint_name(old))

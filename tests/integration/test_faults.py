@@ -49,18 +49,10 @@ KILLS = [
     ("before", "stage=grpo_update/_manifest.json", 1),
     ("after", "config.yaml", 1),
     ("before", "checkpoints/round=1", 1),
-    ("after", "round=0/stage=grpo_update/_manifest.json", 2),  # round 1 drops round 0's optimizer state
     ("after", "round=1/stage=grpo_update/_manifest.json", 1),
     ("before", "round=1/stage=grpo_update/_manifest.json", 1),
 ]
 """(when, where, n): kill before or after the n-th rename onto a path containing `where`."""
-DROPPED_OPTIMIZER = (
-    "round 1's update deletes round 0's optimizer state (`_drop_older_optimizer_states`), so an update of "
-    "round 1 computed again (killed before its manifest, or its checkpoint damaged) starts a fresh "
-    "optimizer: other weights (and evaluation rows) under the same policy version"
-)
-"""Why the faults marked xfail (strict) fail today; `coevolve bench faults` counts them as not survived."""
-KNOWN = {"before:round=1/stage=grpo_update/_manifest.json:1": DROPPED_OPTIMIZER}
 
 
 def coevolve(root: Path, api: str, *overrides: str, kill: str | None = None,
@@ -140,11 +132,7 @@ def reference(tmp_path_factory, prefect_server):
     return root, rows_of(root), weights_of(root)
 
 
-def known(value, reason: str | None):
-    return pytest.param(value, marks=pytest.mark.xfail(strict=True, reason=reason) if reason else ())
-
-
-@pytest.mark.parametrize("kill", [known(k, KNOWN.get(k)) for k in (f"{w}:{p}:{n}" for w, p, n in KILLS)])
+@pytest.mark.parametrize("kill", [f"{w}:{p}:{n}" for w, p, n in KILLS])
 def test_a_run_killed_anywhere_completes_with_the_same_rows(tmp_path, prefect_server, reference, kill):
     killed = coevolve(tmp_path, prefect_server, kill=kill)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
@@ -187,7 +175,7 @@ def test_a_checkpoint_holding_other_weights_is_not_trained_on(tmp_path, prefect_
     assert_completed_as(reference, tmp_path, again)
 
 
-@pytest.mark.parametrize("round_", [0, known(1, DROPPED_OPTIMIZER)])
+@pytest.mark.parametrize("round_", [0, 1])
 def test_a_byte_flipped_in_a_checkpoint_with_its_mtime_put_back_is_found_by_its_hash(
     tmp_path, prefect_server, reference, round_
 ):
@@ -219,6 +207,7 @@ def test_a_diverged_update_stops_with_one_paragraph_and_continues_after_the_conf
     message = diverged.stderr.strip()
     assert message.startswith("error: round 0 of run 'faults': the GRPO update diverged"), message
     assert "Nothing of this update was saved" in message and "\n" not in message
+    assert "--set model.dtype=float32" in message and "train.lr" not in message
     run = tmp_path / "run=faults"
     assert not (run / "round=0" / "stage=grpo_update").exists() and not (run / "checkpoints").exists()
     again = coevolve(tmp_path, prefect_server, "model.dtype=float32")

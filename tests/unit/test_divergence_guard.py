@@ -47,6 +47,15 @@ def test_an_infinite_learning_rate_stops_at_the_weights_of_the_first_step():
     assert model.training is False and all(p.grad is None for p in model.parameters())
 
 
+def test_float16_weights_that_diverge_are_named_as_the_cause_not_the_learning_rate():
+    model = tiny_llama().to(torch.float16)
+    with pytest.raises(DivergenceError) as stopped:
+        grpo_update(model, None, make_optimizer(model, lr=1e-3), make_batch(SIGNAL), UpdateHyperparams(lr=1e-3))
+    assert stopped.value.dtype == "float16"
+    assert "float16" in str(stopped.value) and "model.dtype" in str(stopped.value)
+    assert "too high" not in str(stopped.value)
+
+
 def test_a_nan_loss_stops_before_the_optimizer_step():
     model = tiny_llama()
     with torch.no_grad():

@@ -1,8 +1,8 @@
 """Issue 39, items 5 and 6. A run whose output goes to a file or a pipe says what it is doing: a plain line
 when each stage starts and ends, a few per long progress, no escape codes, no library deprecation notices.
-Only a run's newest checkpoint keeps the optimizer state (twice the weights' size); the older ones keep
-their weights, which still load and check against their manifests, and an update that continues from one
-of them starts its optimizer fresh and says so."""
+Only a run's newest two checkpoints keep the optimizer state (twice the weights' size), so the newest update
+computed again continues exactly; the older ones keep their weights, which still load and check against
+their manifests, and an update that continues from one of them starts its optimizer fresh and says so."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from coevolve.rl.checkpoint import OPTIMIZER_DROPPED, OPTIMIZER_FILE, read_optim
 from coevolve.stages import round_plan
 from coevolve.stages.grpo_update import GRPO_UPDATE
 from coevolve.storage.layout import checkpoint_name
+from coevolve.storage.store import RunStore
 from tests.conftest import CONFIGS, fake_context
 
 CONFIG = load_config(CONFIGS / "test-tiny.yaml")
@@ -113,47 +114,72 @@ def test_library_deprecation_notices_are_not_shown_without_verbose(monkeypatch):
     assert [str(w.message) for w in shown] == ["something is off"]
 
 
-# ---------------------------------------------------------------- item 5: optimizer state in the newest only
+# ---------------------------------------------------------------- item 5: optimizer state in the newest two
 
 
-def test_only_the_newest_checkpoint_keeps_optimizer_state_and_the_run_continues(
+def test_only_the_newest_two_checkpoints_keep_optimizer_state_and_the_run_continues(
     tmp_path, tokenizer, monkeypatch, capsys
 ):
-    ctx = fake_context(CONFIG, tmp_path, tokenizer)
+    config = load_config(CONFIGS / "test-tiny.yaml", ["train.keep_checkpoints=3"])
+    ctx = fake_context(config, tmp_path, tokenizer)
     run_rounds(ctx, range(2))
     first, second = ctx.store.layout.checkpoint_dir(0), ctx.store.layout.checkpoint_dir(1)
+    assert (first / OPTIMIZER_FILE).is_file() and (second / OPTIMIZER_FILE).is_file()
+    run_rounds(ctx, range(2, 3))
+    third = ctx.store.layout.checkpoint_dir(2)
     assert not (first / OPTIMIZER_FILE).exists() and (first / OPTIMIZER_DROPPED).is_file()
-    assert "round=1 was saved" in (first / OPTIMIZER_DROPPED).read_text()
-    assert (second / OPTIMIZER_FILE).is_file() and not (second / OPTIMIZER_DROPPED).exists()
+    assert "round=2 was saved" in (first / OPTIMIZER_DROPPED).read_text()
+    assert (second / OPTIMIZER_FILE).is_file() and (third / OPTIMIZER_FILE).is_file()
     assert OPTIMIZER_FILE not in ctx.store.manifest(0, "grpo_update").files[checkpoint_name(0)]
     assert OPTIMIZER_FILE in ctx.store.manifest(1, "grpo_update").files[checkpoint_name(1)]
-    with pytest.raises(FileNotFoundError, match=r"optimizer\.pt: optimizer state dropped when round=1 was"):
+    with pytest.raises(FileNotFoundError, match=r"optimizer\.pt: optimizer state dropped when round=2 was"):
         read_optimizer_state(first)
 
-    # a new process: every stage of rounds 0 and 1 is still cached (files checked against their hashes)
+    # a new process: every stage of rounds 0 to 2 is still cached (files checked against their hashes)
     monkeypatch.setattr(file_hashes, "_HASHED", {})
-    fresh = speaking(fake_context(CONFIG, tmp_path, tokenizer))
-    for round_ in (0, 1):
+    fresh = speaking(fake_context(config, tmp_path, tokenizer))
+    for round_ in range(3):
         for stage in round_plan(fresh.config, round_):
             key = stage_key(stage, fresh, round_)
             assert is_cached(stage, fresh, round_, key) is not None, (stage.name, round_)
     assert fresh.use_policy(0).optimizer.state == {}  # round 0's weights load; its optimizer is fresh
 
-    # round 2 continues from round 1's checkpoint with its optimizer state, then only round 2 keeps one
-    resumed = speaking(fake_context(CONFIG, tmp_path, tokenizer))
+    # the newest update computed again continues from round 1's optimizer state: the same weights
+    newest = (third / "model.safetensors").read_bytes()
     capsys.readouterr()
-    run_rounds(resumed, range(2, 3))
+    assert not run_stage(GRPO_UPDATE, fresh, 2, force=True).cached
     assert "starts fresh" not in capsys.readouterr().out
-    third = resumed.store.layout.checkpoint_dir(2)
-    assert (third / OPTIMIZER_FILE).is_file() and not (second / OPTIMIZER_FILE).exists()
-    assert not first.exists()  # train.keep_checkpoints: 2
+    assert (third / "model.safetensors").read_bytes() == newest
 
-    # a forced update of round 2 in a new process continues from round 1's weights: a fresh optimizer, said
-    forced = speaking(fake_context(CONFIG, tmp_path, tokenizer))
-    assert not run_stage(GRPO_UPDATE, forced, 2, force=True).cached
-    assert "round 2 update: the optimizer starts fresh: round 1's checkpoint kept no optimizer state" in (
+    # a forced update of round 1 continues from round 0's weights: a fresh optimizer, said
+    forced = speaking(fake_context(config, tmp_path, tokenizer))
+    assert not run_stage(GRPO_UPDATE, forced, 1, force=True).cached
+    assert "round 1 update: the optimizer starts fresh: round 0's checkpoint kept no optimizer state" in (
         capsys.readouterr().out)
-    assert (third / OPTIMIZER_FILE).is_file() and not (second / OPTIMIZER_FILE).exists()
+
+
+class StoreKilledBeforeItsManifests(RunStore):
+    """A fake store: writes artifacts, then fails where a manifest would be written, as a killed run."""
+
+    def write_manifest(self, manifest) -> None:
+        raise OSError("killed")
+
+
+def test_an_update_killed_before_its_manifest_still_finds_the_state_it_started_from(tmp_path, tokenizer):
+    """The clean-up of older checkpoints runs after the update's manifest is written: an update that fails
+    before it (here: its manifest cannot be written) leaves the checkpoint it continued from whole."""
+    config = load_config(CONFIGS / "test-tiny.yaml", ["train.keep_checkpoints=1"])
+    ctx = fake_context(config, tmp_path, tokenizer)
+    run_rounds(ctx, range(1))
+    first = ctx.store.layout.checkpoint_dir(0)
+    for stage in round_plan(config, 1):
+        if stage.name == "grpo_update":
+            break
+        run_stage(stage, ctx, 1)
+    ctx.store = StoreKilledBeforeItsManifests(ctx.store.layout)
+    with pytest.raises(OSError, match="killed"):
+        run_stage(GRPO_UPDATE, ctx, 1)
+    assert (first / OPTIMIZER_FILE).is_file() and (first / "model.safetensors").is_file()
 
 
 def test_weights_are_saved_in_the_dtype_the_model_trains_in(tmp_path):
