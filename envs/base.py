@@ -199,6 +199,12 @@ class Environment(ABC):
         stands for the generator's families whose tasks call those tools. By default an environment cannot."""
         raise ValueError(f"environment {self.name!r} cannot generate fresh tasks of a family")
 
+    def argument_literals(self, call: ToolCall) -> list[Any]:
+        """The values an agent must know to make `call`: verification's `solvable` check wants each in the
+        task's query or an earlier result. By default the scalars of its JSON arguments; an environment
+        whose argument is code names the literals inside the code."""
+        return literal_values(call.arguments)
+
     def derive_checker(
         self,
         initial_state: dict[str, Any],
@@ -216,6 +222,15 @@ class Environment(ABC):
         raise ValueError(
             f"no verifiable checker for environment {self.name!r}: it derives none from a solution"
         )
+
+
+def literal_values(value: Any) -> list[Any]:
+    """The scalar values of a JSON value, depth first (None and booleans left out)."""
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in literal_values(v)]
+    if isinstance(value, list):
+        return [x for v in value for x in literal_values(v)]
+    return [] if value is None or isinstance(value, bool) else [value]
 
 
 def as_tool_calls(action: list[ToolCall] | list[dict[str, Any]]) -> list[ToolCall]:

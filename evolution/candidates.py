@@ -16,7 +16,7 @@ from typing import Any
 
 from coevolve.core import ToolCall
 from coevolve.envs.answers import answer_found
-from coevolve.envs.base import Environment, Evaluation, Task, synthesized_family
+from coevolve.envs.base import Environment, Evaluation, Task, literal_values, synthesized_family
 from coevolve.evolution.similarity import solution_signature
 from coevolve.llm.replies import short_text
 
@@ -93,15 +93,6 @@ def idle_evaluation(make_env: Callable[[], Environment], task: Task) -> Evaluati
         return env.evaluate()
     finally:
         env.close()
-
-
-def literal_values(value: Any) -> list[Any]:
-    """The scalar values of a JSON value, depth first (None and booleans left out)."""
-    if isinstance(value, dict):
-        return [x for v in value.values() for x in literal_values(v)]
-    if isinstance(value, list):
-        return [x for v in value for x in literal_values(v)]
-    return [] if value is None or isinstance(value, bool) else [value]
 
 
 def last_result(results: list[str]) -> Any:

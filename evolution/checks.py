@@ -18,7 +18,8 @@ the replay's digests and results, the answers dropped or read): it either fills 
    state or answers something.
 11. `answers_not_leaked`: a text answer is not stated by the query itself (`leaked`).
 12. `answers_of_the_named_object`: an answer read off another object than the query names (`misread`).
-13. `solvable`: every argument appears in the query or an earlier result (`unsolvable`).
+13. `solvable`: every value a call needs (an argument, or a literal in code) appears in the query or an
+    earlier result (`unsolvable`).
 14. `grounded`: the query's literals are used or read by the solution (`ungrounded`).
 15. `reference_satisfies_checker`: the reference solution, played as an agent would, passes the derived
     checker (`checker`). Under `verify.judge: execution` this is the verdict's execution: a reference that
@@ -44,7 +45,6 @@ from coevolve.evolution.candidates import (
     candidate_task,
     idle_evaluation,
     last_result,
-    literal_values,
     read_answers,
     replay_solution,
     result_objects,
@@ -88,6 +88,8 @@ class Draft:
     after: str | None = None
     results: list[str] = field(default_factory=list)
     """One result text per solution call."""
+    call_literals: list[list] = field(default_factory=list)
+    """Per solution call, the values an agent must know to make it (`Environment.argument_literals`)."""
     executed: bool = True
     """The reference solution, played as an agent would, satisfied the checker (`reference_satisfies_checker`)."""
     executed_credit: float = 1.0
@@ -134,9 +136,11 @@ class Checked:
     """What of the task the executed reference solution achieved."""
 
 
-def _derive(ctx: CheckContext, row: dict) -> Task:
+def _derive(ctx: CheckContext, row: dict) -> tuple[Task, list[list]]:
+    """The task `row` describes, and per call of its solution the values an agent must know to make it."""
     with closing(ctx.make_env()) as env:
-        return candidate_task(env, row)
+        task = candidate_task(env, row)
+        return task, [env.argument_literals(call) for turn in task.solution or [] for call in turn]
 
 
 def drop_unasked_answers(ctx: CheckContext, d: Draft) -> None:
@@ -149,7 +153,7 @@ def drop_unasked_answers(ctx: CheckContext, d: Draft) -> None:
 def derive_task(ctx: CheckContext, d: Draft) -> None:
     """The task the row describes, its checker derived by the environment from the solution (Rejected as
     `replay` when a call fails or an answer appears in no result)."""
-    d.derived = _derive(ctx, {**d.row, "answers": "[]"} if d.dropped else d.row)
+    d.derived, d.call_literals = _derive(ctx, {**d.row, "answers": "[]"} if d.dropped else d.row)
 
 
 def not_contaminated(ctx: CheckContext, d: Draft) -> None:
@@ -193,7 +197,7 @@ def read_only_reads_its_answers(ctx: CheckContext, d: Draft) -> None:
     answers (`read_answers`, Rejected when there is none or too many) and its checker is derived again."""
     if d.read_only and not any(d.task.checker.get("answers") or []):
         d.read = tuple(read_answers(d.task, d.results))
-        d.derived = _derive(ctx, {**d.row, "answers": json.dumps(list(d.read))})
+        d.derived, d.call_literals = _derive(ctx, {**d.row, "answers": json.dumps(list(d.read))})
 
 
 def answers_in_results(ctx: CheckContext, d: Draft) -> None:
@@ -237,12 +241,14 @@ def answers_of_the_named_object(ctx: CheckContext, d: Draft) -> None:
 
 
 def solvable(ctx: CheckContext, d: Draft) -> None:
-    """Every literal argument appears in the query or an earlier result of the solution (else Rejected)."""
+    """Every value an agent must know to make a call of the solution (`Environment.argument_literals`: a
+    literal argument, or a literal inside an argument that is code) appears in the query or an earlier
+    result of the solution (else Rejected)."""
     query = "\n".join(d.task.turns)
     calls = [c for turn in d.task.solution or [] for c in turn]
-    for i, call in enumerate(calls):
+    for i, (call, literals) in enumerate(zip(calls, d.call_literals, strict=True)):
         seen = "\n".join([query, *d.results[:i]])
-        for value in literal_values(call.arguments):
+        for value in literals:
             text = value if isinstance(value, str) else json.dumps(value)
             found = answer_found(text, seen) if not isinstance(value, str) else text.lower() in seen.lower()
             if not found:

@@ -11,6 +11,7 @@ sent to AppWorld's server, which runs it in its own sandboxed process; our proce
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from dataclasses import dataclass, field
@@ -86,3 +87,22 @@ def _name_and_arguments(item: Any) -> tuple[Any, dict[str, Any]]:
         except (ValueError, RecursionError):
             arguments = {}
     return item.get("name"), arguments if isinstance(arguments, dict) else {}
+
+
+def code_literals(code: str) -> list[Any]:
+    """The string and number literals a program states, in order: the values an agent must know to write
+    it (`AppWorldEnv.argument_literals`). Read with `ast.parse`, never run. Left out: subscripts and slices
+    (`result[0]`, `item["id"]`: they navigate a result), the text of f-strings, booleans and None. Code that
+    does not parse states itself, whole."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return [code]
+    navigation = {id(n) for node in ast.walk(tree) if isinstance(node, ast.Subscript)
+                  for n in ast.walk(node.slice)}  # fmt: skip
+    formatted = {id(n) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for n in ast.walk(node)}
+    return [
+        node.value for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and id(node) not in navigation | formatted
+        and isinstance(node.value, str | int | float) and not isinstance(node.value, bool)
+    ]  # fmt: skip

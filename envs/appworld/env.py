@@ -49,7 +49,7 @@ from typing import Any
 
 from coevolve.core import ToolCall
 from coevolve.envs.answers import answer_found
-from coevolve.envs.appworld.actions import TOOL_NAME, read_code
+from coevolve.envs.appworld.actions import TOOL_NAME, code_literals, read_code
 from coevolve.envs.appworld.checker import COMPLETE_TASK, answer_of, judge, tests_of
 from coevolve.envs.appworld.client import DEFAULT_URL, AppWorldClient, AppWorldError
 from coevolve.envs.appworld.tasks import (
@@ -140,6 +140,12 @@ class AppWorldEnv(Environment):
     def tool_schemas(self, task: Task | None = None) -> list[dict[str, Any]]:
         """The one tool every AppWorld task offers: execute(code)."""
         return [EXECUTE_TOOL]
+
+    def argument_literals(self, call: ToolCall) -> list[Any]:
+        """The literals inside the call's code (`actions.code_literals`), not the code itself: a query in
+        plain English states the values a program needs, never the program."""
+        code = call.arguments.get("code") if call.name == TOOL_NAME else None
+        return code_literals(code) if isinstance(code, str) else super().argument_literals(call)
 
     # -- episode -----------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import pytest
 
 from coevolve.core import ToolCall
 from coevolve.envs.appworld import AppWorldEnv
+from coevolve.envs.appworld.actions import code_literals
 from coevolve.envs.replay import replay_reference
 from coevolve.evolution.candidates import candidate_task, idle_evaluation
 from coevolve.evolution.verification import VerifySettings, verify_candidates
@@ -103,20 +104,35 @@ def test_verification_admits_an_appworld_candidate(fake):
     assert task["source"] == "synthesized" and "world_tests" in json.loads(task["checker"])
 
 
-def test_verification_with_its_checks_accepts_an_appworld_candidate_whose_query_states_its_code(
-    fake, tokenizer
-):
-    """Every check and the policy's attempt, to `accept`. The query states the solution's code because the
-    `solvable` check wants each argument (here: the code) in the query or an earlier result; an AppWorld
-    candidate worded in plain English is discarded there as `unsolvable` (evolution.checks, not this env)."""
+def test_verification_with_its_checks_accepts_an_appworld_candidate_worded_in_plain_english(fake, tokenizer):
+    """Every check and the policy's attempt, to `accept`, for a query that states the values the code needs
+    (`Ann`), not the code: the `solvable` check reads the literals inside the code."""
     make_env = lambda: AppWorldEnv(base_url=fake.url, timeout=5)  # noqa: E731
-    query = f"Decline Ann's pending Venmo payment requests: run {DECLINE}."
-    row = {**DECLINE_ROW, "query": query}
     with closing(make_env()) as env:
-        task = candidate_task(env, row)
+        task = candidate_task(env, DECLINE_ROW)
     policy = SimpleNamespace(engine=OracleEngine(tokenizer, [task]), chat=ChatFormat(tokenizer), version="p")
-    out = verify_candidates(policy, make_env, [row], [], {}, VerifySettings(), run="t", round_=0)
+    out = verify_candidates(policy, make_env, [DECLINE_ROW], [], {}, VerifySettings(), run="t", round_=0)
     (verdict,) = out["verifications"]
     assert verdict["outcome"] == "accept", verdict["reason"]
     assert verdict["reason"].startswith("executed: the reference solution satisfies the checker")
     assert [t["success"] for t in out["trajectories"]] == [True]
+
+
+def test_a_value_the_code_needs_and_the_query_never_states_is_unsolvable(fake):
+    make_env = lambda: AppWorldEnv(base_url=fake.url, timeout=5)  # noqa: E731
+    row = {**DECLINE_ROW, "query": "Decline the pending Venmo payment requests."}  # whose? `Ann` is unstated
+    policy = SimpleNamespace(engine=None, chat=None, version="p")
+    out = verify_candidates(policy, make_env, [row], [], {}, VerifySettings(), run="t", round_=0)
+    (verdict,) = out["verifications"]
+    assert verdict["outcome"] == "discard" and verdict["reason"].startswith("unsolvable: argument Ann of execute")
+
+
+def test_code_literals_are_the_values_a_program_states_never_its_navigation():
+    code = (
+        "token = apis.venmo.login(username='ann@x.com', password=passwords[0]['password'])\n"
+        "for r in apis.venmo.show_requests(access_token=token):\n"
+        "    print(f\"{r['id']}: {r['amount']}\")\n"
+        "apis.supervisor.complete_task(answer=42.5)"
+    )
+    assert code_literals(code) == ["ann@x.com", 42.5]
+    assert code_literals("apis.venmo.decline(") == ["apis.venmo.decline("]  # unparsable: the code itself
