@@ -58,8 +58,21 @@ def parse_config(data: Any, *, source: str, overrides: list[str] | tuple[str, ..
     try:
         return CoevolveConfig.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"{source}: {problems}") from None
+        problems = {}  # source -> its problems: an override's own value is blamed on the override
+        for e in exc.errors():
+            field = ".".join(str(p) for p in e["loc"])
+            blamed = _override_setting(field, overrides)
+            problems.setdefault(f"--set {blamed}" if blamed else source, []).append(f"{field}: {e['msg']}")
+        raise ConfigError("; ".join(f"{where}: {'; '.join(said)}" for where, said in problems.items())) from None
+
+
+def _override_setting(field: str, overrides: list[str] | tuple[str, ...]) -> str | None:
+    """The last override that set `field` or a section holding it, if any."""
+    for override in reversed(overrides):
+        key = override.partition("=")[0].strip()
+        if field == key or field.startswith(f"{key}."):
+            return override
+    return None
 
 
 def packaged_configs() -> Path:

@@ -44,7 +44,9 @@ def test_config_is_frozen(tmp_path):
         ("- a\n", [], r"c\.yaml: expected a mapping"),
         ("rollout: {k: [\n", [], r"c\.yaml: invalid YAML"),
         ("{}\n", ["rollout.k"], r"expected KEY=VALUE"),
-        ("{}\n", ["rollout.k=abc"], r"rollout\.k: Input should be a valid integer"),
+        ("{}\n", ["rollout.k=abc"], r"^--set rollout\.k=abc: rollout\.k: Input should be a valid integer"),
+        ("rollout: {kk: 3}\n", ["rollout.k=0"],
+         r"^--set rollout\.k=0: rollout\.k: Input should be greater.*; .*c\.yaml: rollout\.kk: Extra inputs"),
     ],
 )
 def test_bad_config_names_file_and_field(tmp_path, text, overrides, message):
