@@ -118,9 +118,11 @@ def _print_finished(ctx, rounds: int) -> None:
 
 
 def _print_where(root: str, run: str) -> None:
+    from coevolve.storage.layout import root_option
+
     typer.echo(f"\nrun '{run}' is in {root}/run={run}/; inspect it with SQL (docs/sql.md):")
-    typer.echo('  coevolve sql "SELECT round, source, count(*) AS episodes, avg(success::INT) AS success '
-               'FROM trajectories GROUP BY ALL ORDER BY ALL"')
+    typer.echo(f'  coevolve sql{root_option(root)} "SELECT round, source, count(*) AS episodes, '
+               'avg(success::INT) AS success FROM trajectories GROUP BY ALL ORDER BY ALL"')
 
 
 @app.command()

@@ -32,6 +32,7 @@ rollouts that trained on it."""
 def evolution_report(root: Path, run: str) -> list[str]:
     """The report's lines (what the run's evolution did); a run that never evolved says so."""
     from coevolve.storage.catalog import ArtifactFiles, query
+    from coevolve.storage.layout import root_option
 
     views = set(ArtifactFiles.scan(root).readable)
     if "signals" not in views:
@@ -72,5 +73,5 @@ def evolution_report(root: Path, run: str) -> list[str]:
     if verdict:
         lines.append(f"  verdict   {verdict[0]['outcome']}: {verdict[0]['reason']}")
     sql = " ".join(LINEAGE_SQL.format(run=run, task=example["task_id"]).split())
-    lines += ["", "its lineage, back to the signal that led to it:", f'  coevolve sql "{sql}"']
+    lines += ["", "its lineage, back to the signal that led to it:", f'  coevolve sql{root_option(root)} "{sql}"']
     return [line for line in lines if line]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,14 @@ def storage_root(explicit: Path | str | None = None, configured: str | None = No
     """Where runs live: an explicit `--root`, else $COEVOLVE_HOME, else the config's `storage.root`, else
     `runs` (relative to the working directory). The one place this is decided."""
     return Path(explicit or os.environ.get("COEVOLVE_HOME") or configured or "runs")
+
+
+def root_option(root: Path | str) -> str:
+    """What a command printed for the user to paste needs to find runs under `root`: ` --root ROOT`, or
+    nothing where `root` is where a command looks by default (`storage_root`)."""
+    if Path(root).resolve() == storage_root().resolve():
+        return ""
+    return f" --root {shlex.quote(str(root))}"
 
 
 def check_run_name(run: str) -> str:

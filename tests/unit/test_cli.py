@@ -5,6 +5,7 @@ step with the code. Runs are laid out by hand with the real storage classes (no 
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import pyarrow as pa
@@ -333,3 +334,21 @@ def test_version_prints_the_installed_version():
 
     result = CliRunner().invoke(app, ["--version"])
     assert (result.exit_code, result.output) == (0, f"coevolve {version('coevolve')}\n")
+
+
+def test_the_sql_printed_after_a_run_under_another_root_runs_when_pasted(tmp_path, monkeypatch, capsys):
+    from coevolve.cli import _print_where
+
+    elsewhere = tmp_path / "my runs"
+    RunStore(RunLayout(elsewhere, "demo")).write(
+        0, "rollout", "trajectories", pa.Table.from_pylist([], schema=ARTIFACTS["trajectories"]))
+    monkeypatch.setenv("COEVOLVE_HOME", str(tmp_path / "default"))
+    _print_where(str(elsewhere), "demo")
+    pasted = next(line for line in capsys.readouterr().out.splitlines() if "coevolve sql" in line)
+    assert f"--root '{elsewhere}'" in pasted
+    result = invoke(*shlex.split(pasted)[1:])
+    assert result.exit_code == 0, result.output
+
+    monkeypatch.setenv("COEVOLVE_HOME", str(elsewhere))  # the default root: nothing to add
+    _print_where(str(elsewhere), "demo")
+    assert "--root" not in capsys.readouterr().out
