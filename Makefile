@@ -18,7 +18,7 @@ venv: $(STAMP)
 # CoEvolve on the tool world (configs/demo.yaml), then what its data evolution did
 demo: $(STAMP)
 	$(BIN)/coevolve run configs/demo.yaml
-	$(BIN)/coevolve evolution demo
+	$(BIN)/coevolve evolution --run demo
 
 test: $(STAMP)
 	$(BIN)/pytest -q

@@ -5,7 +5,7 @@ so `coevolve --help` is instant.
     coevolve run --run demo --more 1                       # one more round, with the run's saved config
     coevolve serve                                         # serve deployment coevolve/round (PREFECT_API_URL)
     coevolve stage rollout --run demo --round 1 --force    # re-run one stage from cached inputs
-    coevolve fork demo demo-f1 --set evolve.every=1        # a new run sharing demo's identical stages
+    coevolve fork --from demo --run demo-f1 --set evolve.every=1   # a new run sharing demo's identical stages
     coevolve eval --run demo --env-seed 9001               # the policy on tasks of a seed no run used
     coevolve update-worker --run demo --machine-rank 1     # another machine's share of multi-machine updates
     coevolve sql "SELECT round, avg(reward) FROM trajectories GROUP BY ALL ORDER BY round"   # docs/sql.md
@@ -270,17 +270,18 @@ def update_worker(
 
 @app.command()
 def fork(
-    source: Annotated[str, typer.Argument(help="The run to copy stages from.")],
-    target: Annotated[str, typer.Argument(help="The new run's name.")],
+    target: Annotated[str, typer.Option("--run", help="The new run's name.")],
+    source: Annotated[str, typer.Option("--from", help="The run to copy stages from.")],
     rounds: Annotated[int, typer.Option(help="Consider the stages of the source's first ROUNDS rounds.")] = 1,
     config: Annotated[Path | None, typer.Option(
         help="The new run's config file (default: the source's saved config).")] = None,
     overrides: Overrides = None,
     root: RootOption = None,
 ) -> None:
-    """Start run TARGET from the stages of run SOURCE that its config (the source's, or --config, plus
-    --set) would compute identically; `coevolve run --run TARGET` then computes only the rest. E.g.
-    `coevolve fork grpo-s0 coevolve-s0 --set evolve.every=1` shares round 0's rollout, update and evals."""
+    """Start a new run (--run) from the stages of another (--from) that its config (the other's, or
+    --config, plus --set) would compute identically; `coevolve run --run NEW` then computes only the rest.
+    E.g. `coevolve fork --from grpo-s0 --run coevolve-s0 --set evolve.every=1` shares round 0's rollout,
+    update and evals."""
     from coevolve.config import load_config
     from coevolve.flows.fork import fork_run
     from coevolve.flows.runs import load_saved_config

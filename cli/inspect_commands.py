@@ -89,7 +89,7 @@ def compare(
 
 
 def evolution(
-    run_name: Annotated[str, typer.Argument(metavar="RUN", help="The run to report on.")],
+    run_name: Annotated[str, typer.Option("--run", help="The run to report on.")],
     root: RootOption = None,
 ) -> None:
     """What a run's data evolution did: signals, explorations, candidates, verdicts, merged tasks, how the

@@ -1,6 +1,6 @@
-"""`coevolve evolution RUN`: what the data evolution of a run did, in a few lines and one SQL query.
+"""`coevolve evolution --run RUN`: what the data evolution of a run did, in a few lines and one SQL query.
 
-    coevolve evolution demo
+    coevolve evolution --run demo
 
 Prints the signal mix, the explorations, the candidates by status and their verdicts, the tasks merged
 into the dataset, how the rollouts of later rounds did on them, one admitted task (its query, solution and

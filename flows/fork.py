@@ -1,6 +1,6 @@
 """Fork a run: start a new run with the stages of another run that its config would compute identically.
 
-    coevolve fork learning-grpo-s0 learning-coevolve-s0 --rounds 1 --set evolve.every=1
+    coevolve fork --from learning-grpo-s0 --run learning-coevolve-s0 --rounds 1 --set evolve.every=1
     coevolve run --run learning-coevolve-s0 --rounds 3    # computes only what the fork did not copy
 
 Two runs that differ only in what happens after round 0 (GRPO against CoEvolve: the data evolves from
@@ -64,7 +64,7 @@ def fork_run(config: CoevolveConfig, root: Path, source: str, target: str, round
         raise RunError(f"run '{target}' has stages already ({target_layout.run_dir}): fork into a new name")
     if rounds < 1:
         raise RunError(f"rounds must be >= 1, got {rounds}")
-    with run_lock(target_layout, f"coevolve fork {source} {target}"):
+    with run_lock(target_layout, f"coevolve fork --from {source} --run {target}"):
         return _fork(config, source_layout, target_layout, rounds)
 
 

@@ -162,7 +162,7 @@ def test_notebook_executes_headless(evolved_run, monkeypatch):
 def test_evolution_report_follows_an_admitted_task_back_to_its_signal(evolved_run):
     from coevolve.storage.catalog import query
 
-    result = CliRunner().invoke(app, ["evolution", evolved_run.run, "--root", str(evolved_run.root)],
+    result = CliRunner().invoke(app, ["evolution", "--run", evolved_run.run, "--root", str(evolved_run.root)],
                                 terminal_width=2000)  # fmt: skip
     assert result.exit_code == 0, result.output
     out = result.output

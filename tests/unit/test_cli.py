@@ -112,17 +112,17 @@ def test_stage_name_typo_suggests_the_stage(tmp_path):
 
 
 def test_fork_of_an_unknown_run_or_into_a_bad_or_taken_name(tmp_path):
-    text = one_paragraph(invoke("fork", "nope", "copy", "--root", str(tmp_path)))
+    text = one_paragraph(invoke("fork", "--from", "nope", "--run", "copy", "--root", str(tmp_path)))
     assert "no run 'nope'" in text and "`coevolve runs`" in text
     make_run(tmp_path)
-    assert "invalid run name" in one_paragraph(invoke("fork", "demo", "../x", "--root", str(tmp_path)))
+    assert "invalid run name" in one_paragraph(invoke("fork", "--from", "demo", "--run", "../x", "--root", str(tmp_path)))
     make_run(tmp_path, run="taken")
-    assert "fork into a new name" in one_paragraph(invoke("fork", "demo", "taken", "--root", str(tmp_path)))
+    assert "fork into a new name" in one_paragraph(invoke("fork", "--from", "demo", "--run", "taken", "--root", str(tmp_path)))
 
 
 def test_fork_copies_no_stage_whose_manifest_is_not_current(tmp_path):
     make_run(tmp_path)  # hand-written manifests: their cache keys match no config
-    result = invoke("fork", "demo", "copy", "--set", "evolve.every=1", "--root", str(tmp_path))
+    result = invoke("fork", "--from", "demo", "--run", "copy", "--set", "evolve.every=1", "--root", str(tmp_path))
     assert result.exit_code == 0, result.output
     assert "0 stages copied from 'demo'" in result.output and "coevolve run --run copy" in result.output
     assert load_config(RunLayout(tmp_path, "copy").config_path).evolve.every == 1

@@ -17,7 +17,7 @@ TINY = str(CONFIGS / "test-tiny.yaml")
     (["run", TINY, "--run", "../x"], "--run: invalid run name '../x'"),
     (["run", TINY, "--set", "run.name=a/b"], "run.name: invalid run name 'a/b'"),
     (["stage", "rollout", "--run", "../x", "--round", "0"], "invalid run name '../x'"),
-    (["fork", "../x", "y"], "invalid run name '../x'"),
+    (["fork", "--from", "../x", "--run", "y"], "invalid run name '../x'"),
     (["run", TINY, "--set", "model.name=/no/such/model"], "model.name: '/no/such/model' is neither a model directory"),
     (["run", TINY, "--set", "env.name=nope"], "env.name: unknown environment 'nope'; available: appworld, bfcl"),
     (["run", TINY, "--set", "env.options.foo=1"], "env.options: toolworld takes no option 'foo'; its options: seed"),

@@ -16,7 +16,7 @@ from tests.conftest import CONFIGS, REPO
 def test_make_demo_runs_the_demo_config_then_its_evolution_report():
     recipe = re.search(r"^demo:.*\n((?:\t.*\n)+)", (REPO / "Makefile").read_text(), re.M).group(1)
     assert [line.strip() for line in recipe.splitlines()] == [
-        "$(BIN)/coevolve run configs/demo.yaml", "$(BIN)/coevolve evolution demo"]
+        "$(BIN)/coevolve run configs/demo.yaml", "$(BIN)/coevolve evolution --run demo"]
 
 
 def test_the_demo_evolves_in_round_0_and_draws_what_it_admitted_in_round_1():
