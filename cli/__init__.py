@@ -40,7 +40,8 @@ from coevolve.cli.support import (
     user_errors,
 )
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="CoEvolve: agent-data mutual evolution.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="CoEvolve: agent-data mutual evolution.",
+                  rich_markup_mode="markdown")  # docstrings reflow to the terminal's width
 
 
 def _print_version(asked: bool) -> None:
@@ -217,7 +218,7 @@ def evaluate(
     root: RootOption = None,
 ) -> None:
     """Evaluate a run's policy on tasks it never met: drawn with another environment seed, or of another
-    environment (--env); the rows go to <root>/evaluations/RUN/, outside the run (flows/reevaluate.py)."""
+    environment (--env); the rows go to ROOT/evaluations/RUN/, outside the run (flows/reevaluate.py)."""
     from coevolve.flows.reevaluate import reevaluate
     from coevolve.flows.runs import load_saved_config
     from coevolve.pipeline.context import RunContext

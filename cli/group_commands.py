@@ -10,9 +10,15 @@ import typer
 
 from coevolve.cli.support import Overrides, fail, user_errors
 
-env_app = typer.Typer(no_args_is_help=True, help="Environments: list them, replay reference solutions.")
-models_app = typer.Typer(no_args_is_help=True, help="Models: resolve and convert into the local cache.")
-engine_app = typer.Typer(no_args_is_help=True, help="Inference servers for the policy (vLLM, in its own venv).")
+
+def command_group(help_: str) -> typer.Typer:
+    """A group of commands whose help reflows like the top level's (see `coevolve.cli.app`)."""
+    return typer.Typer(no_args_is_help=True, rich_markup_mode="markdown", help=help_)
+
+
+env_app = command_group("Environments: list them, replay reference solutions.")
+models_app = command_group("Models: resolve and convert into the local cache.")
+engine_app = command_group("Inference servers for the policy (vLLM, in its own venv).")
 
 
 @env_app.command("list")

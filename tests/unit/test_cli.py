@@ -352,3 +352,17 @@ def test_the_sql_printed_after_a_run_under_another_root_runs_when_pasted(tmp_pat
     monkeypatch.setenv("COEVOLVE_HOME", str(elsewhere))  # the default root: nothing to add
     _print_where(str(elsewhere), "demo")
     assert "--root" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args", [["--help"], ["run", "--help"], ["models", "--help"]])
+def test_help_text_reflows_to_the_terminal_and_names_no_placeholder_lost(args):
+    """A docstring's line breaks are not the help's: at 200 columns a sentence is one line."""
+    wide = CliRunner().invoke(app, args, env={"COLUMNS": "200"}).output
+    sentence = {"--help": "Run or continue a CoEvolve run in-process (the coevolve Prefect flow, on "
+                          "PREFECT_API_URL's server or a temporary local one).",
+                "run": "Run or continue a CoEvolve run in-process (the coevolve Prefect flow, on "
+                       "PREFECT_API_URL's server or a temporary local one).",
+                "models": "Build a config's warm starts into the model cache: merged from the shipped "
+                          "adapters where there are (seconds), else trained (minutes)."}[args[0]]
+    assert sentence in " ".join(wide.split()) and any(sentence[:60] in line for line in wide.splitlines())
+    assert "ROOT/evaluations/RUN/" in CliRunner().invoke(app, ["eval", "--help"], env={"COLUMNS": "200"}).output
