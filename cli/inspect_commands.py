@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Annotated
 
@@ -137,6 +138,23 @@ def ui(
     verification outcomes and each synthesized task's lineage (coevolve.ui)."""
     if not root_of(root).is_dir():
         fail(f"no storage root {root_of(root)}; start a run with `coevolve run configs/test-tiny.yaml` or pass --root")
+    refused = _cannot_listen(host, port)
+    if refused:
+        fail(f"cannot serve on {host}:{port}: {refused}; pass another --port (or stop what holds it)")
     from coevolve.ui.app import serve
 
     serve(root_of(root), host=host, port=port)
+
+
+def _cannot_listen(host: str, port: int) -> str | None:
+    """Why nothing can listen on `host:port` (taken, not an address of this machine), or None."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        with socket.socket(infos[0][0], socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind(infos[0][4])
+    except OSError as exc:
+        return "the port is in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+    return None

@@ -366,3 +366,14 @@ def test_help_text_reflows_to_the_terminal_and_names_no_placeholder_lost(args):
                           "adapters where there are (seconds), else trained (minutes)."}[args[0]]
     assert sentence in " ".join(wide.split()) and any(sentence[:60] in line for line in wide.splitlines())
     assert "ROOT/evaluations/RUN/" in CliRunner().invoke(app, ["eval", "--help"], env={"COLUMNS": "200"}).output
+
+
+def test_ui_on_a_port_in_use_is_one_line_naming_the_port(tmp_path):
+    import socket
+
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        text = one_paragraph(invoke("ui", "--root", str(tmp_path), "--port", str(port)))
+    assert text == f"error: cannot serve on 127.0.0.1:{port}: the port is in use; pass another --port (or stop what holds it)"
