@@ -25,6 +25,8 @@ from starlette.staticfiles import StaticFiles
 
 from coevolve.storage.parquet import ArtifactError
 from coevolve.ui import queries
+from coevolve.ui.charts import count_bars, curves
+from coevolve.ui.evidence import evidence_rows
 from coevolve.ui.lineage import task_page
 from coevolve.ui.reader import RunsReader
 from coevolve.ui.trajectory import trajectory_page
@@ -67,6 +69,7 @@ def templates() -> jinja2.Environment:
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)  # fmt: skip
     env.filters.update(pct=_pct, num=_num, when=_when, pretty=_pretty, short=lambda v: (v or "")[:12],
                        compact=lambda v: _pretty(v, None))
+    env.globals.update(evidence_rows=evidence_rows)
     return env
 
 
@@ -91,14 +94,14 @@ class Pages:
         metrics = queries.round_metrics(self.reader, chosen)
         overview = queries.runs_overview(self.reader, chosen, metrics)
         return self.render(request, "runs.html", runs=names, chosen=chosen, overview=overview,
-                           charts=queries.curves(metrics))  # fmt: skip
+                           charts=curves(metrics))  # fmt: skip
 
     def run(self, request: Request) -> HTMLResponse:
         run = self._run(request)
         metrics = queries.round_metrics(self.reader, [run])
         rounds = self.reader.layout(run).rounds()
         return self.render(request, "run.html", run=run, rounds=rounds, metrics=metrics[run],
-                           charts=queries.curves(metrics), config=self.reader.config(run))  # fmt: skip
+                           charts=curves(metrics), config=self.reader.config(run))  # fmt: skip
 
     def round(self, request: Request) -> HTMLResponse:
         run, round_ = self._run(request), int(request.path_params["round"])
@@ -121,8 +124,7 @@ class Pages:
         run, kind = self._run(request), request.query_params.get("kind") or None
         rows, page = queries.signal_rows(self.reader, run, kind, _page(request))
         counts = queries.signal_counts(self.reader, run)
-        chart = {"key": "signals", "title": "signals per round, by kind", "x": [c["round"] for c in counts],
-                 "series": [{"label": k, "values": [c[k] for c in counts]} for k in queries.SIGNAL_KINDS]}  # fmt: skip
+        chart = count_bars("signals", "signals per round, by kind", counts, queries.SIGNAL_KINDS)
         return self.render(request, "signals.html", run=run, kind=kind, kinds=queries.SIGNAL_KINDS, rows=rows,
                            page=page, counts=counts, chart=chart)  # fmt: skip
 
@@ -130,8 +132,7 @@ class Pages:
         run, outcome = self._run(request), request.query_params.get("outcome") or None
         rows, page = queries.candidate_rows(self.reader, run, outcome, _page(request))
         counts = queries.verification_counts(self.reader, run)
-        chart = {"key": "outcomes", "title": "verification verdicts per round", "x": [c["round"] for c in counts],
-                 "series": [{"label": o, "values": [c.get(o, 0) for c in counts]} for o in queries.OUTCOMES]}  # fmt: skip
+        chart = count_bars("outcomes", "verification verdicts per round", counts, queries.OUTCOMES)
         return self.render(request, "verifications.html", run=run, outcome=outcome, rows=rows, page=page,
                            counts=counts, chart=chart, outcomes=(*queries.OUTCOMES, "unverified"))  # fmt: skip
 

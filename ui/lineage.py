@@ -47,11 +47,12 @@ def _by_id(reader: RunsReader, view: str, column: str, run: str, value: str | No
 
 def lineage_chain(reader: RunsReader, run: str, lineage: dict[str, Any]) -> dict[str, Any]:
     """Every link the lineage names, each None where the run holds no such row."""
+    verification = _by_id(reader, "verifications", "verification_id", run, lineage.get("verification_id"))
     chain: dict[str, Any] = {
         "signal": _by_id(reader, "signals", "signal_id", run, lineage.get("signal_id")),
         "exploration": _by_id(reader, "explorations", "exploration_id", run, lineage.get("exploration_id")),
-        "candidate": _by_id(reader, "candidates", "candidate_id", run, lineage.get("candidate_id")),
-        "verification": _by_id(reader, "verifications", "verification_id", run, lineage.get("verification_id")),
+        "candidate": verified_candidate(reader, run, lineage.get("candidate_id"), verification),
+        "verification": verification,
         "triples": mark_call(lineage_triples(reader, run, lineage), lineage.get("call_index")),
     }
     exploration = chain["exploration"]
@@ -59,6 +60,48 @@ def lineage_chain(reader: RunsReader, run: str, lineage: dict[str, Any]) -> dict
         episodes = loads_json(exploration.get("trajectory_ids"))
         exploration["episodes"] = episodes if isinstance(episodes, list) else []
     return chain
+
+
+def verified_candidate(
+    reader: RunsReader, run: str, candidate_id: str | None, verification: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The candidate row the verdict was given on, with its `label`. It is looked up in the verdict's round:
+    a candidate id is a hash of the task's content, so the same task proposed again in a later round has
+    the same id, and the earliest row may be another round's (another status, another verdict)."""
+    candidate = None
+    if verification is not None and candidate_id and reader.has("candidates"):
+        candidate = reader.one("SELECT * FROM candidates WHERE run = ? AND round = ? AND candidate_id = ? LIMIT 1",
+                               [run, verification["round"], candidate_id])  # fmt: skip
+    candidate = candidate or _by_id(reader, "candidates", "candidate_id", run, candidate_id)
+    if candidate is None:
+        return None
+    outcome = verification["outcome"] if verification else None
+    twin = _twin_verdict(reader, run, candidate) if candidate["status"] == "duplicate" else None
+    return {**candidate, "label": candidate_label(candidate["status"], candidate.get("duplicate_of"), outcome),
+            "twin_verdict": twin}  # fmt: skip
+
+
+def candidate_label(status: str, duplicate_of: str | None, outcome: str | None) -> str:
+    """What a candidate was, said with what became of it. Abstraction marks `duplicate` a wording of the same
+    solution as an earlier `ok` candidate; verification checks such a wording in place of its twin when the
+    environment checks discard the twin (`evolution.verification.sibling_duplicates`), so an admitted
+    `duplicate` is the wording that stood for the solution, not a duplicate admitted twice."""
+    if status != "duplicate":
+        return status
+    twin = duplicate_of or "an earlier candidate"
+    if outcome in ("accept", "retain"):
+        return f"stood in for {twin}: the same solution, verified in its place after the checks discarded {twin}"
+    if outcome == "discard":
+        return f"a rewording of {twin}, checked in its place and discarded too"
+    return f"near-duplicate of {twin}, not verified itself"
+
+
+def _twin_verdict(reader: RunsReader, run: str, candidate: dict[str, Any]) -> dict[str, Any] | None:
+    """The verdict on the candidate a `duplicate` duplicates, in the same round (None: not a candidate)."""
+    if not candidate.get("duplicate_of") or not reader.has("verifications"):
+        return None
+    return reader.one("SELECT candidate_id, outcome, reason FROM verifications WHERE run = ? AND round = ? "
+                      "AND candidate_id = ? LIMIT 1", [run, candidate["round"], candidate["duplicate_of"]])  # fmt: skip
 
 
 def lineage_triples(reader: RunsReader, run: str, lineage: dict[str, Any]) -> list[dict[str, Any]]:

@@ -1,5 +1,5 @@
 """The SQL behind the web view's pages: per-round curves, a round's episodes, signals, verification
-outcomes. Every query filters on `run` (and `round` or `stage` where it can: hive columns, so DuckDB
+outcomes; `ui.charts` turns the per-round figures into chart specs. Every query filters on `run` (and `round` or `stage` where it can: hive columns, so DuckDB
 reads only those files), aggregates or pages in SQL, and returns at most a page of rows to Python.
 """
 
@@ -9,6 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from coevolve.ui.lineage import candidate_label
 from coevolve.ui.reader import RunsReader
 
 PER_PAGE = 50
@@ -20,7 +21,7 @@ CURVES = {
     "kl": "KL to the reference",
     "dataset_size": "dataset size |D_v| (trained on from round v)",
 }
-"""Chart key -> title; the keys are columns of `round_metrics`."""
+"""Chart key -> title; the keys are columns of `round_metrics` (drawn by `ui.charts`)."""
 SIGNAL_KINDS = ("forgetting", "boundary", "rare")
 OUTCOMES = ("accept", "retain", "discard")
 
@@ -76,21 +77,6 @@ def round_metrics(reader: RunsReader, runs: list[str]) -> dict[str, dict[int, di
             run, round_ = row.pop("run"), int(row.pop("round"))
             out[run][round_].update(row)
     return {run: dict(sorted(rounds.items())) for run, rounds in out.items()}
-
-
-def curves(metrics: dict[str, dict[int, dict[str, Any]]]) -> list[dict[str, Any]]:
-    """One chart per curve: x = the rounds any run has it for, one series per run (None where absent)."""
-    charts = []
-    for key, title in CURVES.items():
-        xs = sorted({r for rounds in metrics.values() for r, m in rounds.items() if m.get(key) is not None})
-        series = [{"label": run, "values": [_number(rounds.get(x, {}).get(key)) for x in xs]}
-                  for run, rounds in metrics.items()]  # fmt: skip
-        charts.append({"key": key, "title": title, "x": xs, "series": series})
-    return charts
-
-
-def _number(value: Any) -> float | None:
-    return None if value is None else float(value)
 
 
 def runs_overview(reader: RunsReader, runs: list[str], metrics: dict) -> list[dict[str, Any]]:
@@ -203,11 +189,11 @@ def candidate_rows(reader: RunsReader, run: str, outcome: str | None, page: int)
     total = reader.one(f"SELECT count(*) AS n {base}", params)["n"]
     at = Page(page, total)
     rows = reader.rows(
-        f"""SELECT c.round, c.candidate_id, c.status, c.reason, c.query, {verdict} {base}
+        f"""SELECT c.round, c.candidate_id, c.status, c.duplicate_of, c.reason, c.query, {verdict} {base}
             ORDER BY c.round, c.candidate_id LIMIT ? OFFSET ?""",
         [*params, at.per_page, at.offset],
     )
-    return rows, at
+    return [{**r, "label": candidate_label(r["status"], r["duplicate_of"], r["outcome"])} for r in rows], at
 
 
 def synthesized_tasks(reader: RunsReader, run: str, page: int) -> tuple[list, Page]:

@@ -1,7 +1,8 @@
 """`coevolve ui` as a person uses it: the command serves a real tiny evolving run (the `evolved_run`
 fixture) beside a small synthetic run whose stored text is markup, and headless Chromium (Debian's
 `chromium`, driven by Playwright; never a browser Playwright downloads) loads every page, checks what it
-shows against the catalog, and saves a screenshot of each.
+shows against the catalog (charts included: rounds on the axis, counts as bars, the zero-shot line), and
+saves a screenshot of each. A one-round run (`tests.unit.test_ui.write_one_round_run`) is served too.
 
 Screenshots go to the test's temporary folder, or to $COEVOLVE_UI_SCREENSHOTS (how docs/screenshots/ is
 made: `COEVOLVE_UI_SCREENSHOTS=docs/screenshots .venv/bin/pytest tests/integration/test_ui_browser.py`).
@@ -21,6 +22,7 @@ from coevolve.benchmarks.ui_pages import RUN as SYNTHETIC
 from coevolve.benchmarks.ui_pages import write_run
 from coevolve.storage.catalog import query
 from tests.conftest import Spawned, free_port, venv_bin, wait_until
+from tests.unit.test_ui import ONE, write_one_round_run
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
@@ -38,6 +40,7 @@ def served(evolved_run, tmp_path_factory):
     root = tmp_path_factory.mktemp("ui-root")
     (root / f"run={evolved_run.run}").symlink_to(evolved_run.root / f"run={evolved_run.run}")
     write_run(root, steps=400, rounds=2, reply=HOSTILE)
+    write_one_round_run(root)
     port = free_port()
     server = Spawned.start([venv_bin("coevolve"), "ui", "--root", str(root), "--port", str(port)],
                            root.parent / "ui.log", dict(os.environ))  # fmt: skip
@@ -92,6 +95,18 @@ def one(root: Path, sql: str):
     return query(root, sql).to_pylist()[0]
 
 
+def drawn_charts(page) -> dict[str, dict[str, str]]:
+    """What charts.js recorded on each drawn chart, by key: kind, x_ticks, bars, references."""
+    return page.evaluate("""Object.fromEntries([...document.querySelectorAll('figure.chart[data-drawn=true]')]
+        .map((f) => [f.dataset.key, {kind: f.dataset.kind, x_ticks: f.dataset.xTicks, bars: f.dataset.bars,
+                                     references: f.dataset.references}]))""")
+
+
+def nonzero_counts(root: Path, run: str, view: str, column: str) -> int:
+    """How many (round, value) bars a count chart has: the pairs with at least one row."""
+    return one(root, f"SELECT count(*) AS n FROM (SELECT DISTINCT round, {column} FROM {view} WHERE run = '{run}')")["n"]
+
+
 def test_runs_page_overlays_curves_of_every_run(served, browser, shots):
     url, root, evo = served
     page = visit(browser, url + "/", shots, "runs-overlaid", full=True)
@@ -106,8 +121,13 @@ def test_runs_page_overlays_curves_of_every_run(served, browser, shots):
 
 def test_run_and_round_pages_show_rounds_and_stage_timings(served, browser, shots):
     url, root, evo = served
-    page = visit(browser, f"{url}/runs/{evo.run}", shots, "run")
+    page = visit(browser, f"{url}/runs/{evo.run}", shots, "run", full=True)
     assert page.locator("#rounds tr").count() == 3  # header + 2 rounds
+    charts = drawn_charts(page)
+    assert {c["x_ticks"] for k, c in charts.items() if k != "dataset_size"} == {"0,1"}  # whole rounds, no more
+    assert charts["heldout_success"]["references"] == "1"
+    zero_shot = one(root, f"SELECT avg(success::INT) AS s FROM evals WHERE run = '{evo.run}' AND stage = 'baseline'")
+    assert f"dashed line: zero-shot {zero_shot['s']:.0%}" in page.inner_text("figure[data-key=heldout_success]")
     page = visit(browser, f"{url}/runs/{evo.run}/rounds/1", shots, "round")
     stages = page.locator("#stages").inner_text()
     for stage in ("rollout", "signals", "explore", "triples", "abstract", "verify", "merge", "grpo_update", "evaluate"):
@@ -143,6 +163,8 @@ def test_signals_lineage_and_verification_pages(served, browser, shots):
     signals = one(root, f"SELECT count(*) AS n FROM signals WHERE run = '{evo.run}'")["n"]
     page = visit(browser, f"{url}/runs/{evo.run}/signals", shots, "signals")
     assert f"of {signals}" in page.inner_text("main")
+    bars = drawn_charts(page)["signals"]
+    assert bars["kind"] == "bars" and bars["bars"] == str(nonzero_counts(root, evo.run, "signals", "kind"))
     assert page.locator("#signals a", has_text=task["task_id"][:12]).count() == 1  # the task it led to
     page = visit(browser, f"{url}/runs/{evo.run}/tasks/{task['task_id']}", shots, "task-lineage", full=True)
     for link in ("signal", "exploration", "triples", "candidate", "verification"):
@@ -151,7 +173,8 @@ def test_signals_lineage_and_verification_pages(served, browser, shots):
     verdict = one(root, f"SELECT outcome FROM verifications WHERE verification_id = '{task['verification_id']}'")
     assert verdict["outcome"] in page.inner_text("#link-verification")
     page = visit(browser, f"{url}/runs/{evo.run}/verifications", shots, "verifications")
-    assert page.locator("figure.chart[data-drawn=true]").count() == 1
+    bars = drawn_charts(page)["outcomes"]
+    assert bars["kind"] == "bars" and bars["bars"] == str(nonzero_counts(root, evo.run, "verifications", "outcome"))
     page = visit(browser, f"{url}/runs/{evo.run}/tasks", shots, "tasks")
     assert task["task_id"][:12] in page.inner_text("#tasks")
 
@@ -162,3 +185,16 @@ def test_stored_markup_shows_as_text_in_the_browser(served, browser, shots):
     assert HOSTILE in page.inner_text("#messages")  # shown literally; the dialog handler saw no alert
     assert page.locator("#messages script").count() == 0
     assert page.locator("#steps tr").count() >= 2  # `</td>` in a result did not break the table
+
+
+def test_a_one_round_run_is_charted_over_round_0_with_bars_and_the_baseline(served, browser, shots):
+    url = served[0]
+    charts = drawn_charts(visit(browser, f"{url}/runs/{ONE}", shots, "run-one-round", full=True))
+    assert {k: c["x_ticks"] for k, c in charts.items()} == {
+        "train_success": "0", "heldout_success": "0", "train_reward": "0", "dataset_size": "0,1"}  # fmt: skip
+    assert charts["heldout_success"]["references"] == "1"
+    page = visit(browser, f"{url}/runs/{ONE}/signals", shots, "signals-one-round", full=True)
+    assert drawn_charts(page)["signals"] == {"kind": "bars", "x_ticks": "0", "bars": "2", "references": "0"}
+    assert "0.587" in page.inner_text("#signals") and "starts before round 0" in page.inner_text("#signals")
+    page = visit(browser, f"{url}/runs/{SYNTHETIC}/signals", shots, "signals-paged")
+    assert page.inner_text(".pager >> nth=0") == "rows 1-50 of 80 next →"
