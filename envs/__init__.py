@@ -21,10 +21,19 @@ import importlib
 from importlib.metadata import entry_points
 from typing import Any
 
-from coevolve.envs.base import Action, Environment, Evaluation, Observation, StepResult, Task
+from coevolve.envs.base import (
+    Action,
+    Environment,
+    Evaluation,
+    FreshTasks,
+    Observation,
+    StepResult,
+    Task,
+    TaskSynthesis,
+)
 
-__all__ = ["Action", "Environment", "Evaluation", "Observation", "StepResult", "Task",
-           "available", "environment_class", "make", "registry"]
+__all__ = ["Action", "Environment", "Evaluation", "FreshTasks", "Observation", "StepResult", "Task",
+           "TaskSynthesis", "available", "environment_class", "make", "registry"]
 
 ENTRY_POINT_GROUP = "coevolve.envs"
 

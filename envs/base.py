@@ -6,9 +6,15 @@ the agent's reply (raw text, parsed by the environment, or a list of already-par
 instance per concurrent episode through `envs.make(name, **options)`, so no state is shared between
 episodes and nothing lives in module globals.
 
-`Environment` is a base class: six required methods, and four with a documented default that an
-environment overrides where it can do better (`state_digest`, `demonstrations`, `submit_step`,
-`derive_checker`). Callers call them all directly; none is probed for.
+Roles. `Environment` is what every environment implements: the task source (`splits`, `tasks`) and the
+episodes (`reset`, `step`, `evaluate`, `close`, and three hooks with a documented default an environment
+overrides where it can do better: `submit_step`, `state_digest`, `demonstrations`). Two roles are
+optional, each a base class an environment adds where it offers it: `TaskSynthesis` (a synthesized task's
+checker derived from its solution, `derive_checker`; what a call needs to be made, `argument_literals`),
+without which verification admits none of its candidates, and `FreshTasks` (new tasks of a family,
+`fresh_tasks`), which only the learning benchmark's oracle curriculum needs. Callers ask
+`env.offers(Role)` before using one. `EnvironmentWrapper` is an environment around another that changes
+only what it defines and offers exactly the roles of the one it wraps.
 
 Tasks are plain data (`Task`), identified by a content hash, so the same task generated twice has the same
 id and re-running a stage produces the same rows.
@@ -145,10 +151,13 @@ class Evaluation(BaseModel):
 
 
 class Environment(ABC):
-    """One episode at a time of a tool-use environment."""
+    """One episode at a time of a tool-use environment: the task source and the episode roles (see the
+    module docstring for the optional ones)."""
 
     name: str
     """The name `envs.make` knows the environment by (a class attribute)."""
+
+    # -- task source ---------------------------------------------------------------------------------
 
     @abstractmethod
     def splits(self) -> list[str]:
@@ -157,6 +166,8 @@ class Environment(ABC):
     @abstractmethod
     def tasks(self, split: str) -> list[Task]:
         """The tasks of `split` (ValueError for an unknown split)."""
+
+    # -- episodes ------------------------------------------------------------------------------------
 
     @abstractmethod
     def reset(self, task: Task, *, seed: int = 0) -> Observation:
@@ -193,18 +204,19 @@ class Environment(ABC):
         e.g. exchanges in the tool-call format. By default there are none."""
         return []
 
-    def fresh_tasks(self, families: list[str], n: int, stream: str) -> list[Task]:
-        """`n` new tasks of the given families from the seed stream `stream`, none of any split (the oracle
-        curriculum of the learning benchmark draws them). A synthesized task's family (`synth:<tools>`)
-        stands for the generator's families whose tasks call those tools. By default an environment cannot."""
-        raise ValueError(f"environment {self.name!r} cannot generate fresh tasks of a family")
+    # -- optional roles ------------------------------------------------------------------------------
 
-    def argument_literals(self, call: ToolCall) -> list[Any]:
-        """The values an agent must know to make `call`: verification's `solvable` check wants each in the
-        task's query or an earlier result. By default the scalars of its JSON arguments; an environment
-        whose argument is code names the literals inside the code."""
-        return literal_values(call.arguments)
+    def offers(self, role: type) -> bool:
+        """Whether this environment offers the optional `role` (`TaskSynthesis`, `FreshTasks`)."""
+        return isinstance(self, role)
 
+
+class TaskSynthesis(ABC):
+    """The role of an environment whose synthesized tasks can be verified: a checker derived from a
+    task's solution, and the values each call needs. Without it, verification discards every candidate
+    (`replay: no verifiable checker`)."""
+
+    @abstractmethod
     def derive_checker(
         self,
         initial_state: dict[str, Any],
@@ -217,11 +229,70 @@ class Environment(ABC):
         """The checker spec (`Task.checker`) of a synthesized task: its initial state, user turns,
         reference solution (calls per turn) and required answer values (per turn). Raises ValueError when
         the solution fails (a call that does not run, an answer no result shows); with `strict=False`
-        (the no-verification ablation) it never refuses and derives what it can. By default the
-        environment derives no checker, so its synthesized tasks cannot be verified (ValueError)."""
-        raise ValueError(
-            f"no verifiable checker for environment {self.name!r}: it derives none from a solution"
-        )
+        (the no-verification ablation) it never refuses and derives what it can."""
+
+    def argument_literals(self, call: ToolCall) -> list[Any]:
+        """The values an agent must know to make `call`: verification's `solvable` check wants each in the
+        task's query or an earlier result. By default the scalars of its JSON arguments; an environment
+        whose argument is code names the literals inside the code."""
+        return literal_values(call.arguments)
+
+
+class FreshTasks(ABC):
+    """The role of an environment that generates new tasks of a family (the learning benchmark's oracle
+    curriculum draws them)."""
+
+    @abstractmethod
+    def fresh_tasks(self, families: list[str], n: int, stream: str) -> list[Task]:
+        """`n` new tasks of the given families from the seed stream `stream`, none of any split. A
+        synthesized task's family (`synth:<tools>`) stands for the generator's families whose tasks call
+        those tools."""
+
+
+class EnvironmentWrapper(Environment):
+    """An environment around another (`inner`) that changes only what a subclass defines. It offers
+    exactly the roles of the environment it wraps: their methods (and any other attribute, such as
+    `tool_schemas`) are the inner one's, reached by name; `Environment`'s own methods are forwarded here
+    one by one (a default inherited from the base would shadow the inner one's)."""
+
+    def __init__(self, inner: Environment) -> None:
+        self.inner = inner
+        self.name = inner.name
+
+    def __getattr__(self, attribute: str) -> Any:
+        if attribute == "inner":  # not set yet (a copy being made): no recursion
+            raise AttributeError(attribute)
+        return getattr(self.inner, attribute)
+
+    def splits(self) -> list[str]:
+        return self.inner.splits()
+
+    def tasks(self, split: str) -> list[Task]:
+        return self.inner.tasks(split)
+
+    def reset(self, task: Task, *, seed: int = 0) -> Observation:
+        return self.inner.reset(task, seed=seed)
+
+    def step(self, action: Action) -> StepResult:
+        return self.inner.step(action)
+
+    def evaluate(self) -> Evaluation:
+        return self.inner.evaluate()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def submit_step(self, action: Action) -> Callable[[], StepResult]:
+        return self.inner.submit_step(action)
+
+    def state_digest(self) -> str | None:
+        return self.inner.state_digest()
+
+    def demonstrations(self) -> list[dict[str, str]]:
+        return self.inner.demonstrations()
+
+    def offers(self, role: type) -> bool:
+        return self.inner.offers(role)
 
 
 def literal_values(value: Any) -> list[Any]:

@@ -16,7 +16,14 @@ from typing import Any
 
 from coevolve.core import ToolCall
 from coevolve.envs.answers import answer_found
-from coevolve.envs.base import Environment, Evaluation, Task, literal_values, synthesized_family
+from coevolve.envs.base import (
+    Environment,
+    Evaluation,
+    Task,
+    TaskSynthesis,
+    literal_values,
+    synthesized_family,
+)
 from coevolve.evolution.similarity import solution_signature
 from coevolve.llm.replies import short_text
 
@@ -37,6 +44,9 @@ class Rejected(ValueError):
 def candidate_task(env: Environment, row: dict, *, strict: bool = True) -> Task:
     """The task a candidate row describes, with the checker `env` derives for it (Rejected as `replay` when
     the solution fails; `strict=False` never refuses, for the no-verification ablation)."""
+    if not env.offers(TaskSynthesis):
+        raise Rejected(f"replay: no verifiable checker for environment {env.name!r}: it derives none from a "
+                       "solution (it does not offer the TaskSynthesis role)")
     calls = [ToolCall(**c) for c in json.loads(row["solution"])]
     state, turns, answers = json.loads(row["initial_state"]), [row["query"]], [json.loads(row["answers"])]
     try:

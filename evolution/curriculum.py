@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 
 from coevolve.core import content_hash
-from coevolve.envs.base import Environment, Task
+from coevolve.envs.base import Environment, FreshTasks, Task
 from coevolve.evolution.exploration import Exploration, Target
 from coevolve.evolution.similarity import solution_signature
 
@@ -44,6 +44,9 @@ def gap_explorations(targets: list[Target], gap_families: list[str], first_slot:
 
 def oracle_candidates(env: Environment, explorations: list[dict], *, per_target: int, stream: str) -> list[dict]:
     """`candidates` rows: `per_target` fresh one-turn tasks of each oracle exploration's family."""
+    if not env.offers(FreshTasks):
+        raise ValueError(f"environment {env.name!r} cannot generate fresh tasks of a family (it does not offer "
+                         "the FreshTasks role): the oracle curriculum needs it")
     rows = []
     for x in explorations:
         if x["status"] != "oracle":

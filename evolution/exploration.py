@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from coevolve.agents.episodes import Episode, EpisodeLimits, run_episodes
 from coevolve.agents.ledger import step_rows, trajectory_rows
 from coevolve.agents.teacher import Teacher
-from coevolve.core import ToolCall, content_hash
-from coevolve.envs.base import Action, Environment, Evaluation, Observation, StepResult, Task
+from coevolve.core import content_hash
+from coevolve.envs.base import Environment, EnvironmentWrapper, Observation, Task
 from coevolve.evolution.prompts import REFLECT_PREFIX, render_prompt
 from coevolve.llm.chat import describe_tool
 from coevolve.llm.replies import JsonReplyError, extract_json, short_text
@@ -175,48 +174,19 @@ def exploration_task(task: Task, follow_ups: int) -> Task:
     return task.model_copy(update={"turns": [*task.turns, *[follow_up] * follow_ups]})
 
 
-class ContextEnv(Environment):
+class ContextEnv(EnvironmentWrapper):
     """An environment whose `reset` opens the conversation with per-task system instructions; everything
     else is the inner environment's."""
 
     def __init__(self, inner: Environment, instructions: dict[str, str]) -> None:
-        self.inner, self.instructions = inner, instructions
-        self.name = inner.name
+        super().__init__(inner)
+        self.instructions = instructions
 
     def reset(self, task: Task, *, seed: int = 0) -> Observation:
         obs = self.inner.reset(task, seed=seed)
         text = self.instructions.get(task.id)
         messages = [{"role": "system", "content": text}, *obs.messages] if text else obs.messages
         return Observation(messages=messages, tools=obs.tools)
-
-    def splits(self) -> list[str]:
-        return self.inner.splits()
-
-    def tasks(self, split: str) -> list[Task]:
-        return self.inner.tasks(split)
-
-    def step(self, action: Action) -> StepResult:
-        return self.inner.step(action)
-
-    def submit_step(self, action: Action) -> Callable[[], StepResult]:
-        return self.inner.submit_step(action)
-
-    def evaluate(self) -> Evaluation:
-        return self.inner.evaluate()
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def state_digest(self) -> str | None:
-        return self.inner.state_digest()
-
-    def demonstrations(self) -> list[dict[str, str]]:
-        return self.inner.demonstrations()
-
-    def derive_checker(self, initial_state: dict[str, Any], turns: Sequence[str],
-                       solution: Sequence[Sequence[ToolCall]], answers: Sequence[Sequence[str]], *,
-                       strict: bool = True) -> dict[str, Any]:  # fmt: skip
-        return self.inner.derive_checker(initial_state, turns, solution, answers, strict=strict)
 
 
 def explore_instructions(context: dict) -> str:

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from coevolve import envs
-from coevolve.core import ToolCall
-from coevolve.envs.base import Action, Environment, Evaluation, Observation, StepResult, Task
+from coevolve.envs.base import Action, EnvironmentWrapper, StepResult
 
 
 class EnvHost:
@@ -125,74 +124,49 @@ class RayEnvPool:
             self._free.clear()
 
 
-class RemoteEnvironment(Environment):
-    """An `Environment` whose calls run in a pooled Ray actor, the optional ones included (the actor's
-    environment answers them, or gives its default); other public methods are forwarded too."""
+class ActorMethods:
+    """The methods of the environment in one pooled Ray actor, called by name: each call runs there and
+    returns its result (a method the actor's environment lacks is an AttributeError here)."""
 
     def __init__(self, pool: RayEnvPool, actor: Any, name: str, methods: frozenset[str]) -> None:
-        self._pool, self._actor, self._methods = pool, actor, methods
-        self.name = name
-        self._closed = False
+        self._pool, self._actor, self._methods, self.name = pool, actor, methods, name
+        self.closed = False
 
-    def _submit(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        if self._closed:
+    def submit(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Start `method` in the actor; the Ray object reference of its result."""
+        if self.closed:
             raise RuntimeError(f"{self.name} environment used after close()")
         return self._actor.call.remote(method, args, kwargs)
 
-    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return self._pool._ray.get(self._submit(method, *args, **kwargs))
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        if method.startswith("_") or method not in self._methods:
+            raise AttributeError(f"{self.name} environment has no method {method!r}")
+        return lambda *args, **kwargs: self._pool._ray.get(self.submit(method, *args, **kwargs))
 
-    def splits(self) -> list[str]:
-        return self._call("splits")
 
-    def tasks(self, split: str) -> list[Task]:
-        return self._call("tasks", split)
+class RemoteEnvironment(EnvironmentWrapper):
+    """An `Environment` whose every method runs in a pooled Ray actor (`ActorMethods`), the optional roles
+    included where the actor's environment offers them; only stepping (started at once, awaited later)
+    and closing (the actor goes back to the pool) are its own."""
 
-    def reset(self, task: Task, *, seed: int = 0) -> Observation:
-        return self._call("reset", task, seed=seed)
-
-    def step(self, action: Action) -> StepResult:
-        return self._call("step", action)
+    def __init__(self, pool: RayEnvPool, actor: Any, name: str, methods: frozenset[str]) -> None:
+        super().__init__(ActorMethods(pool, actor, name, methods))  # type: ignore[arg-type]
+        self._pool, self._actor = pool, actor
 
     def submit_step(self, action: Action) -> Callable[[], StepResult]:
         """Start `step(action)` in the actor now; the returned function waits for its result."""
-        ref = self._submit("step", action)
+        ref = self.inner.submit("step", action)
         return lambda: self._pool._ray.get(ref)
-
-    def evaluate(self) -> Evaluation:
-        return self._call("evaluate")
-
-    def state_digest(self) -> str | None:
-        return self._call("state_digest")
-
-    def demonstrations(self) -> list[dict[str, str]]:
-        return self._call("demonstrations")
-
-    def derive_checker(
-        self,
-        initial_state: dict[str, Any],
-        turns: Sequence[str],
-        solution: Sequence[Sequence[ToolCall]],
-        answers: Sequence[Sequence[str]],
-        *,
-        strict: bool = True,
-    ) -> dict[str, Any]:
-        return self._call("derive_checker", initial_state, turns, solution, answers, strict=strict)
 
     def close(self) -> None:
         """Close the environment in the actor and give the actor back (dropped if it died)."""
-        if self._closed:
+        if self.inner.closed:
             return
         alive = True
         try:
-            self._call("close")
+            self.inner.close()
         except self._pool._ray.exceptions.RayActorError:
             alive = False
         finally:
-            self._closed = True
+            self.inner.closed = True
             self._pool.give_back(self._actor, alive=alive)
-
-    def __getattr__(self, method: str) -> Callable[..., Any]:  # tool_schemas, snapshot, restore, ...
-        if method.startswith("_") or method not in self._methods:
-            raise AttributeError(f"{self.name} environment has no method {method!r}")
-        return lambda *args, **kwargs: self._call(method, *args, **kwargs)

@@ -61,7 +61,15 @@ from coevolve.envs.appworld.tasks import (
     task_ids,
     task_info,
 )
-from coevolve.envs.base import Action, Environment, Evaluation, Observation, StepResult, Task
+from coevolve.envs.base import (
+    Action,
+    Environment,
+    Evaluation,
+    Observation,
+    StepResult,
+    Task,
+    TaskSynthesis,
+)
 
 PARTIAL_CREDIT_SCALE = 0.4
 NO_CODE_REMINDER = (
@@ -87,7 +95,7 @@ class _Episode:
     """The literal answer the code passed to `complete_task` (`checker.answer_of`), when it did."""
 
 
-class AppWorldEnv(Environment):
+class AppWorldEnv(Environment, TaskSynthesis):
     """One AppWorld episode at a time, on the server at `base_url`."""
 
     name = "appworld"

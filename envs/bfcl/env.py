@@ -43,7 +43,16 @@ from typing import Any
 
 import coevolve.envs.bfcl.data as data
 from coevolve.core import ToolCall, content_hash
-from coevolve.envs.base import Action, Environment, Evaluation, Observation, StepResult, Task, as_tool_calls
+from coevolve.envs.base import (
+    Action,
+    Environment,
+    Evaluation,
+    Observation,
+    StepResult,
+    Task,
+    TaskSynthesis,
+    as_tool_calls,
+)
 from coevolve.envs.bfcl.backends import Backends, Scenario, backend_class, public_methods
 from coevolve.envs.bfcl.checker import check_turns
 from coevolve.envs.bfcl.parsing import parse_call_string, read_action
@@ -80,7 +89,7 @@ class _Episode:
     done: bool = False
 
 
-class BfclEnv(Environment):
+class BfclEnv(Environment, TaskSynthesis):
     """One BFCL multi-turn episode at a time; tasks, docs and backends come from the bfcl-eval package."""
 
     name = "bfcl"

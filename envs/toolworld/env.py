@@ -21,7 +21,16 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from coevolve.core import ToolCall, content_hash
-from coevolve.envs.base import Action, Environment, Evaluation, Observation, StepResult, Task
+from coevolve.envs.base import (
+    Action,
+    Environment,
+    Evaluation,
+    FreshTasks,
+    Observation,
+    StepResult,
+    Task,
+    TaskSynthesis,
+)
 from coevolve.envs.toolworld.checker import ToolUse, build_checker, score
 from coevolve.envs.toolworld.demonstrations import demonstrations
 from coevolve.envs.toolworld.tasks import (
@@ -63,7 +72,7 @@ def read_action(action: Any) -> ParsedReply:
     return parse_tool_calls(action) if isinstance(action, str) else parse_call_list(action)
 
 
-class ToolWorldEnv(Environment):
+class ToolWorldEnv(Environment, TaskSynthesis, FreshTasks):
     """One tool-world episode at a time; tasks and tool docs are generated per instance."""
 
     name = "toolworld"

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import ray  # a dev dependency: missing is an error, not a skip
 
+from coevolve.envs import FreshTasks, TaskSynthesis
 from tests.conftest import CONFIGS, free_port
 
 pytestmark = pytest.mark.slow
@@ -80,6 +81,9 @@ def test_an_episode_in_an_actor_equals_the_episode_in_process(ray_head):
     assert remote.state_digest() == local.state_digest()
     draft = (task.initial_state, task.turns, task.solution, task.checker["answers"])
     assert remote.derive_checker(*draft) == local.derive_checker(*draft)
+    assert remote.offers(TaskSynthesis) and remote.offers(FreshTasks)  # the roles of the actor's environment
+    (call,) = task.solution[0]
+    assert remote.argument_literals(call) == local.argument_literals(call)
     with pytest.raises(AttributeError, match="no method 'teleport'"):
         remote.teleport()
     pool.shutdown()

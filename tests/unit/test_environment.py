@@ -1,5 +1,6 @@
-"""The `Environment` base class: its required methods, the defaults of its optional ones, and how each
-environment overrides or delegates them (derived checkers, `ContextEnv`)."""
+"""The `Environment` roles: the required ones (task source, episodes) and their hooks' defaults, the optional
+ones (`TaskSynthesis`, `FreshTasks`) each environment offers, and wrappers (`EnvironmentWrapper`,
+`ContextEnv`) that change only what they define and offer exactly their inner environment's roles."""
 
 from __future__ import annotations
 
@@ -7,7 +8,18 @@ import pytest
 
 from coevolve import envs
 from coevolve.core import ToolCall
-from coevolve.envs.base import Action, Environment, Evaluation, Observation, StepResult, Task
+from coevolve.envs.base import (
+    Action,
+    Environment,
+    EnvironmentWrapper,
+    Evaluation,
+    FreshTasks,
+    Observation,
+    StepResult,
+    Task,
+    TaskSynthesis,
+)
+from coevolve.evolution.candidates import Rejected, candidate_task
 from coevolve.evolution.exploration import ContextEnv
 from tests.unit.tool_world import SMALL, bank_task
 
@@ -48,8 +60,29 @@ def test_the_optional_methods_have_documented_defaults():
     pending = env.submit_step("one")
     assert env.steps == 0  # an in-process step runs when it is waited for
     assert pending().info == {"steps": 1} and env.steps == 1
-    with pytest.raises(ValueError, match="^no verifiable checker for environment 'counting'"):
-        env.derive_checker({}, ["Count."], [[]], [[]])
+
+
+def test_an_environment_offers_only_the_roles_it_implements_and_verification_says_so():
+    env = CountingEnv()
+    assert not env.offers(TaskSynthesis) and not env.offers(FreshTasks) and not hasattr(env, "derive_checker")
+    row = {"solution": "[]", "initial_state": "{}", "query": "Count.", "answers": "[]", "env": "counting"}
+    with pytest.raises(Rejected, match="^replay: no verifiable checker for environment 'counting'"):
+        candidate_task(env, row)
+    toolworld, bfcl = envs.make("toolworld", **SMALL), envs.make("bfcl")
+    assert toolworld.offers(TaskSynthesis) and toolworld.offers(FreshTasks)
+    assert bfcl.offers(TaskSynthesis) and not bfcl.offers(FreshTasks)
+
+
+def test_a_wrapper_forwards_every_method_the_base_defines_so_no_default_shadows_the_inner_one():
+    """A hook added to `Environment` with a default, and not forwarded, would answer the default for any
+    wrapped environment (a remote one's state digests would all be None)."""
+    own = {name for name, value in vars(Environment).items() if callable(value) and not name.startswith("_")}
+    assert own <= set(vars(EnvironmentWrapper)), own - set(vars(EnvironmentWrapper))
+    wrapped = EnvironmentWrapper(envs.make("toolworld", **SMALL))
+    assert wrapped.offers(TaskSynthesis) and wrapped.offers(FreshTasks)
+    assert not EnvironmentWrapper(CountingEnv()).offers(TaskSynthesis)
+    call = ToolCall(name="get_balance", arguments={"account": "SAV-1", "nested": {"n": 3}})
+    assert wrapped.argument_literals(call) == ["SAV-1", 3]  # the inner environment's role method
 
 
 def test_an_environment_without_a_required_method_cannot_be_built():
