@@ -73,7 +73,8 @@ def _d0(config: CoevolveConfig) -> str:
     parts = []
     if data.seed_split:
         size = f"{data.max_tasks} tasks" if data.max_tasks else "all tasks"
-        parts.append(f"{size} of split {data.seed_split} (sample seed {config.d0_sample_seed})")
+        parts.append(f"{size} of split {data.seed_split} (sample seed {config.d0_sample_seed}; a sampled twin of "
+                     f"an evaluation task left out)")
     if data.bootstrap_tasks:
         parts.append(f"up to {data.bootstrap_tasks} tasks explored in {data.bootstrap_worlds} worlds of split "
                      f"{data.bootstrap_split}")  # fmt: skip

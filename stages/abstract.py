@@ -19,8 +19,8 @@ from coevolve.evolution.abstraction import abstract_groups, build_groups, mark_d
 from coevolve.evolution.curriculum import oracle_candidates
 from coevolve.evolution.exploration import explored_tasks
 from coevolve.pipeline.declared import StageContext
-from coevolve.pipeline.stage import Artifact, Dataset, EnvTasks, Inputs, StageDef, StageResult, Teacher
-from coevolve.storage.datasets import seed_sample
+from coevolve.pipeline.stage import Artifact, Dataset, Inputs, StageDef, StageResult, Teacher
+from coevolve.stages.bootstrap import SEED_GUARD, SEED_READS, d0_seed_tasks
 
 
 def known_tasks(ctx: StageContext, inputs: Inputs) -> list[Task]:
@@ -28,9 +28,7 @@ def known_tasks(ctx: StageContext, inputs: Inputs) -> list[Task]:
     if "dataset" in inputs:
         dataset = inputs["dataset"]
         return [Task.from_row(row) for row in dataset.task_rows(dataset.task_ids())]
-    cfg = ctx.config.dataset
-    seeds = inputs["seed"].get(cfg.seed_split, []) if cfg.seed_split else []
-    return seed_sample(seeds, cfg.max_tasks, ctx.config.d0_sample_seed)
+    return d0_seed_tasks(ctx, inputs)[0]
 
 
 def compute_abstract(ctx: StageContext, round_: int, inputs: Inputs) -> StageResult:
@@ -68,10 +66,10 @@ ABSTRACT = StageDef(
 )
 
 BOOTSTRAP_ABSTRACT = StageDef(
-    "bootstrap-abstract", 1,
-    config=(*CONFIG, "dataset.seed_split", "dataset.max_tasks", "dataset.sample_seed"),
+    "bootstrap-abstract", 2,
+    config=tuple(dict.fromkeys((*CONFIG, *SEED_GUARD))),
     reads={"triples": Artifact("bootstrap-triples", "triples"),
            "explorations": Artifact("bootstrap-explore", "explorations"),
-           "seed": EnvTasks("dataset.seed_split"), "teacher": Teacher(base=True)},
+           **SEED_READS, "teacher": Teacher(base=True)},
     compute=compute_abstract,
 )
