@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint venv clean vllm-env
+.PHONY: demo notebook test test-fast lint venv clean vllm-env
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -19,6 +19,10 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/coevolve run configs/demo.yaml
 	$(BIN)/coevolve evolution --run demo
+
+# notebooks/explore_run.ipynb executed in place on the demo's run, its figures saved to docs/figures/ (README)
+notebook: $(STAMP)
+	COEVOLVE_HOME=runs RUN=demo FIGURES=$(CURDIR)/docs/figures $(BIN)/jupyter execute --inplace notebooks/explore_run.ipynb
 
 test: $(STAMP)
 	$(BIN)/pytest -q

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from collections import Counter
 
 import pytest
@@ -143,12 +144,14 @@ def test_each_round_published_prefect_artifacts(evolved_run):
     assert any("| train_success |" in s.data for s in summaries)
 
 
-def test_notebook_executes_headless(evolved_run, monkeypatch):
+def test_notebook_executes_headless(evolved_run, monkeypatch, tmp_path):
+    """As `make notebook` runs it: its four figures saved (FIGURES), each chart's round axis in whole rounds."""
     import nbformat
     from nbclient import NotebookClient
 
     monkeypatch.setenv("COEVOLVE_HOME", str(evolved_run.root))
     monkeypatch.setenv("RUN", evolved_run.run)
+    monkeypatch.setenv("FIGURES", str(tmp_path / "figures"))
     monkeypatch.delenv("MPLBACKEND", raising=False)  # the kernel's inline backend returns the figures
     nb = nbformat.read(REPO / "notebooks" / "explore_run.ipynb", as_version=4)
     NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(REPO)}}).execute()
@@ -157,6 +160,8 @@ def test_notebook_executes_headless(evolved_run, monkeypatch):
     assert sum("image/png" in o.get("data", {}) for o in outputs) >= 4
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "run 'evo'" in text and "-> verification:" in text and "coevolve show task" in text
+    saved = sorted(p.name for p in (tmp_path / "figures").glob("*.png"))
+    assert saved == ["dataset.png", "signals.png", "success.png", "verification.png"]
 
 
 def test_evolution_report_follows_an_admitted_task_back_to_its_signal(evolved_run):
@@ -168,6 +173,7 @@ def test_evolution_report_follows_an_admitted_task_back_to_its_signal(evolved_ru
     out = result.output
     assert "signals" in out and "boundary" in out and "verifications" in out and "accept" in out
     assert "one admitted task" in out and "verdict   accept" in out
-    sql = out.split('coevolve sql "', 1)[1].rsplit('"', 1)[0]
-    [row] = query(evolved_run.root, sql).to_pylist()  # the printed query runs as printed
+    printed = shlex.split(next(line for line in out.splitlines() if "coevolve sql" in line))
+    assert printed[:4] == ["coevolve", "sql", "--root", str(evolved_run.root)]  # pasted, it finds the run
+    [row] = query(evolved_run.root, printed[4]).to_pylist()  # the printed query runs as printed
     assert row["kind"] in {"forgetting", "boundary", "rare"} and row["outcome"] in {"accept", "retain"}
