@@ -22,7 +22,7 @@ demo: $(STAMP)
 
 # notebooks/explore_run.ipynb executed in place on the demo's run, its figures saved to docs/figures/ (README)
 notebook: $(STAMP)
-	COEVOLVE_HOME=runs RUN=demo FIGURES=$(CURDIR)/docs/figures $(BIN)/jupyter execute --inplace notebooks/explore_run.ipynb
+	COEVOLVE_HOME=$(CURDIR)/runs RUN=demo FIGURES=$(CURDIR)/docs/figures $(BIN)/jupyter execute --inplace notebooks/explore_run.ipynb
 
 test: $(STAMP)
 	$(BIN)/pytest -q
