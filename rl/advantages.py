@@ -11,22 +11,35 @@ K = 1, and with it the advantages of a group have unit population variance (up t
 whose rewards are all equal (including a single-rollout group) carries no learning signal and gets
 advantages of exactly 0, independent of floating-point rounding of its mean.
 
+`scale` (`train.scale_rewards`, TRL's name and values) says what the centred rewards are divided by:
+``group`` (the default and the paper's) its group's std as above; ``batch`` the std of every reward of the
+update (the mean is still the group's; PPO Lite); ``none`` nothing, A_k = R_k - mean_g(R) (Dr. GRPO: dividing
+by the std weighs tasks whose rollouts barely differ as much as any other).
+
 Used by `rl.update.grpo_update`; pure and vectorised (no Python loop over groups).
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from torch import Tensor
 
+ScaleRewards = Literal["group", "batch", "none"]
+"""What centred rewards are divided by (`train.scale_rewards`)."""
 
-def group_advantages(rewards: Tensor, group_ids: Tensor, *, eps: float = 1e-6) -> Tensor:
-    """Standardise rewards within groups.
+
+def group_advantages(
+    rewards: Tensor, group_ids: Tensor, *, eps: float = 1e-6, scale: ScaleRewards = "group"
+) -> Tensor:
+    """Centre rewards within groups and scale them (by the group's std by default).
 
     Args:
         rewards: ``[B]`` reward of each rollout (any real dtype).
         group_ids: ``[B]`` int64 group (task) id of each rollout; ids need not be contiguous.
-        eps: added to the group std before dividing.
+        eps: added to the std before dividing.
+        scale: ``group``, ``batch`` or ``none`` (see the module docstring).
 
     Returns:
         ``[B]`` advantages, floating dtype of ``rewards`` (default dtype for integer rewards).
@@ -48,5 +61,9 @@ def group_advantages(rewards: Tensor, group_ids: Tensor, *, eps: float = 1e-6) -
     r_min = zeros.scatter_reduce(0, inverse, r, reduce="amin", include_self=False)  # [G]
     flat = (r_max == r_min)[inverse]  # [B]
 
-    advantages = torch.where(flat, 0.0, centered / (std[inverse] + eps))  # [B]
+    if scale == "group":
+        centered = centered / (std[inverse] + eps)
+    elif scale == "batch":
+        centered = centered / (r.std(correction=0) + eps)
+    advantages = torch.where(flat, 0.0, centered)  # [B]
     return advantages.to(out_dtype)

@@ -20,15 +20,29 @@ from torch import Tensor
 from coevolve.rl.batch import SampleBatch, micro_batches
 
 Plan = list[list[list[int]]]  # mini-batches -> micro-batches -> row indices
-LossNormalization = Literal["batch_tokens", "group_tokens", "sequence"]
-"""What an optimizer step's summed token losses are divided by (`train.loss_normalization`, docs/algorithm.md)."""
+LossNormalization = Literal["batch_tokens", "group_tokens", "sequence", "fixed_tokens"]
+"""What a step's summed token losses are divided by (`train.loss_normalization`, `row_divisors`)."""
 
 
-def trainable_rows(batch: SampleBatch, advantages: Tensor, beta: float) -> list[int]:
-    """Rows that contribute to the loss: some policy tokens, and a signal or a KL term."""
+def trainable_rows(
+    batch: SampleBatch, advantages: Tensor, beta: float, *, drop_zero_std: bool = False
+) -> list[int]:
+    """Rows that contribute to the loss: some policy tokens, and a signal or a KL term. ``drop_zero_std``
+    (`train.drop_zero_std_groups`): no row of a group whose rewards are all equal, even with a KL term."""
+    flat = zero_std_groups(batch) if drop_zero_std else set()
     return [
-        i for i in range(len(batch)) if any(batch.loss_mask[i]) and (beta > 0 or float(advantages[i]) != 0.0)
-    ]
+        i for i in range(len(batch))
+        if any(batch.loss_mask[i]) and (beta > 0 or float(advantages[i]) != 0.0)
+        and batch.group_ids[i] not in flat
+    ]  # fmt: skip
+
+
+def zero_std_groups(batch: SampleBatch) -> set[int]:
+    """Groups whose rewards are all equal (a single row too): no learning signal, whatever the scaling."""
+    rewards: dict[int, set[float]] = {}
+    for group, reward in zip(batch.group_ids, batch.rewards, strict=True):
+        rewards.setdefault(group, set()).add(float(reward))
+    return {group for group, values in rewards.items() if len(values) == 1}
 
 
 def plan_update(
@@ -54,19 +68,27 @@ def plan_update(
     return plan
 
 
-def row_divisors(batch: SampleBatch, rows: list[int], normalization: LossNormalization) -> dict[int, float]:
+def row_divisors(batch: SampleBatch, rows: list[int], normalization: LossNormalization,
+                 fixed_tokens: int | None = None) -> dict[int, float]:  # fmt: skip
     """Divisor of each row's token losses in the mini-batch ``rows``; empty for `batch_tokens` (every row's is
-    the mini-batch's policy-token count N, passed as one scalar).
+    the mini-batch's policy-token count N, passed as one scalar). TRL's `loss_type` names in brackets.
 
-    - ``batch_tokens``: N, all policy tokens of the mini-batch (DAPO's token-level loss; this project's first).
-    - ``group_tokens``: ``N_g * G``, its group's policy tokens times the groups in the mini-batch: each group's
-      loss is normalised over its own tokens (the paper's formula, 1 / sum_k |tau_k| over the K rollouts) and
-      the groups are averaged. Equals ``batch_tokens`` when the mini-batch is one group.
-    - ``sequence``: ``|tau_i| * B``, its own policy tokens times the rows: the mean over rows of each row's
-      token mean (the original GRPO's, DeepSeekMath).
+    - ``batch_tokens`` (dapo): N, all policy tokens of the mini-batch (DAPO's token-level loss; this project's
+      first).
+    - ``group_tokens`` (none): ``N_g * G``, its group's policy tokens times the groups in the mini-batch: each
+      group's loss is normalised over its own tokens (the paper's formula, 1 / sum_k |tau_k| over the K
+      rollouts) and the groups are averaged. Equals ``batch_tokens`` when the mini-batch is one group.
+    - ``sequence`` (grpo): ``|tau_i| * B``, its own policy tokens times the rows: the mean over rows of each
+      row's token mean (the original GRPO's, DeepSeekMath).
+    - ``fixed_tokens`` (dr_grpo): ``fixed_tokens * B``, a constant times the rows: token losses summed, never
+      divided by a length (Dr. GRPO's; its constant is TRL's `max_completion_length`).
     """
     if normalization == "batch_tokens":
         return {}
+    if normalization == "fixed_tokens":
+        if fixed_tokens is None:
+            raise ValueError("row_divisors: fixed_tokens normalisation needs fixed_tokens")
+        return {i: float(fixed_tokens * len(rows)) for i in rows}
     if normalization == "sequence":
         return {i: float(batch.policy_tokens([i]) * len(rows)) for i in rows}
     groups: dict[int, list[int]] = {}
@@ -95,7 +117,8 @@ class Shard:
 
 
 def shard_plan(batch: SampleBatch, plan: Plan, rank: int = 0, world: int = 1, *, lockstep: bool = False,
-               normalization: LossNormalization = "batch_tokens") -> list[Shard]:  # fmt: skip
+               normalization: LossNormalization = "batch_tokens",
+               fixed_tokens: int | None = None) -> list[Shard]:  # fmt: skip
     """Micro-batches ``rank, rank + world, ...`` of every mini-batch (possibly none); with `lockstep`, padded
     with copies of the mini-batch's first micro-batch up to the busiest process's count. Loss divisors are
     the whole mini-batch's (`row_divisors`)."""
@@ -104,6 +127,6 @@ def shard_plan(batch: SampleBatch, plan: Plan, rank: int = 0, world: int = 1, *,
         mine = mini[rank::world]
         padding = [mini[0]] * (-(-len(mini) // world) - len(mine)) if lockstep else []
         rows = [i for micro in mini for i in micro]
-        divisors = row_divisors(batch, rows, normalization)
+        divisors = row_divisors(batch, rows, normalization, fixed_tokens)
         shards.append(Shard(mine, batch.policy_tokens(rows), padding, divisors))
     return shards

@@ -2,13 +2,16 @@
 
 Steps of `grpo_update`:
 
-1. Advantages: rewards standardised within each group (`rl.advantages.group_advantages`).
+1. Advantages: rewards centred within each group and scaled (by the group's std unless ``scale_rewards``
+   says otherwise; `rl.advantages.group_advantages`).
 2. Rows that cannot contribute are dropped: rows without policy tokens, and rows whose advantage is
    exactly 0 (their surrogate and its gradient vanish). When ``beta > 0`` zero-advantage rows are
    *kept*: the KL term still pulls them towards the reference, and the token normaliser then counts
-   every policy token of the group, as in the paper's objective. With ``beta == 0`` and no signal
-   at all, nothing runs and no optimizer step is taken (AdamW would otherwise still move weights
-   through momentum and weight decay).
+   every policy token of the group, as in the paper's objective; ``drop_zero_std_groups`` drops the rows of
+   a group whose rewards are all equal then too (DAPO's dynamic-sampling filter, without the resampling).
+   Dropped rows leave every normaliser (fewer tokens, groups or rows to divide by). With no row left,
+   nothing runs and no optimizer step is taken (AdamW would otherwise still move weights through momentum
+   and weight decay).
 3. The remaining rows are split into ``mini_batches`` mini-batches along group boundaries (a group is
    never split, so token-level normalisation is over whole groups), each cut into micro-batches of
    at most ``micro_batch_size`` rows. With ``shared_prefix`` (the default) a micro-batch holds rows of
@@ -39,8 +42,11 @@ of processes), and a process with fewer micro-batches in a mini-batch runs extra
 (`Shard.padding`): every forward and backward pass gathers weights from all processes, so all must run
 the same number.
 
-The learning rate belongs to the optimizer (build it with `make_optimizer`, schedule it outside);
-``UpdateHyperparams.lr``/``weight_decay`` are only what `make_optimizer` uses.
+The learning rate: with ``lr_schedule`` (`rl.schedule`) every optimizer step's rate is ``lr`` times the
+schedule's factor at the step's index in the run (``first_step`` + its index in this update), set on the
+optimizer just before the step, so it never depends on what the optimizer held. Without one (a constant rate)
+the rate belongs to the optimizer (build it with `make_optimizer`, or schedule it outside); ``lr`` and
+``weight_decay`` are then only what `make_optimizer` uses.
 """
 
 from __future__ import annotations
@@ -53,12 +59,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from coevolve.rl.advantages import group_advantages
+from coevolve.rl.advantages import ScaleRewards, group_advantages
 from coevolve.rl.batch import SampleBatch
 from coevolve.rl.divergence import DivergenceError, Guard, finite_weights
 from coevolve.rl.logprobs import token_logprobs
 from coevolve.rl.loss import grpo_loss
 from coevolve.rl.plan import LossNormalization, Plan, Shard, plan_update, shard_plan, trainable_rows
+from coevolve.rl.schedule import LrSchedule
 from coevolve.rl.sharding import is_sharded
 from coevolve.rl.shared_prefix import shared_prefix_logprobs, supports_shared_prefix
 from coevolve.rl.update_metrics import MetricsSum
@@ -80,6 +87,17 @@ class UpdateHyperparams:
     weight_decay: float = 0.0
     shared_prefix: bool = True  # encode a group's common prefix once (exact; plain path if unsupported)
     loss_normalization: LossNormalization = "batch_tokens"  # what a step's token losses are divided by
+    fixed_tokens: int | None = None  # the constant of loss_normalization fixed_tokens (Dr. GRPO's)
+    scale_rewards: ScaleRewards = "group"  # what centred rewards are divided by (`rl.advantages`)
+    drop_zero_std_groups: bool = False  # rows of all-equal-reward groups left out even when beta > 0
+    lr_schedule: LrSchedule | None = None  # None: the optimizer's own rate, untouched
+    first_step: int = 0  # the run's index of this update's first optimizer step (the schedule's clock)
+
+    def step_lr(self, step: int) -> float:
+        """The scheduled rate of this update's optimizer step ``step`` (0-based); needs ``lr_schedule``."""
+        if self.lr_schedule is None:
+            raise ValueError("UpdateHyperparams.step_lr: no lr_schedule (the rate is the optimizer's)")
+        return self.lr * self.lr_schedule.factor(self.first_step + step)
 
 
 @dataclass(frozen=True)
@@ -89,8 +107,10 @@ class UpdateResult:
     loss/pg_loss: mean over optimizer steps of the mini-batch loss; kl, clip and ratio stats:
     token-weighted means over every micro-batch of every epoch; grad_norm: mean pre-clip norm;
     tokens: policy tokens of the trained rows (counted once, not per epoch); samples: rows in the
-    batch; trained_samples: rows used in the gradient; steps: each optimizer step's loss, KL, clip ratios,
-    entropy estimate, completion length, grad norm and learning rate (`rl.update_metrics.step_record`).
+    batch; trained_samples: rows used in the gradient; groups_dropped: groups none of whose rows is trained
+    (no signal and no KL term, or `drop_zero_std_groups`); lr: the rate of the update's first optimizer step
+    (scheduled, or the optimizer's); steps: each optimizer step's loss, KL, clip ratios, entropy estimate,
+    completion length, grad norm and learning rate (`rl.update_metrics.step_record`).
     """
 
     loss: float
@@ -107,6 +127,7 @@ class UpdateResult:
     trained_samples: int
     groups: int
     groups_with_signal: int
+    groups_dropped: int
     optimizer_steps: int
     seconds: float
     steps: tuple[dict[str, float], ...] = ()  # one record per optimizer step (`rl.update_metrics`)
@@ -123,13 +144,17 @@ def make_optimizer(model: nn.Module, lr: float, weight_decay: float = 0.0) -> to
 
 def progress_total(batch: SampleBatch, hp: UpdateHyperparams) -> int:
     """Sum of the ``advance`` values `grpo_update` will pass to ``progress`` (rows x epochs)."""
-    adv = _advantages(batch)
-    return hp.epochs * len(trainable_rows(batch, adv, hp.beta))
+    return hp.epochs * len(_trainable_rows(batch, _advantages(batch, hp), hp))
 
 
-def _advantages(batch: SampleBatch) -> Tensor:
+def _advantages(batch: SampleBatch, hp: UpdateHyperparams) -> Tensor:
     rewards = torch.tensor(batch.rewards, dtype=torch.float32)  # [N]
-    return group_advantages(rewards, torch.tensor(batch.group_ids, dtype=torch.long))  # [N]
+    group_ids = torch.tensor(batch.group_ids, dtype=torch.long)  # [N]
+    return group_advantages(rewards, group_ids, scale=hp.scale_rewards)  # [N]
+
+
+def _trainable_rows(batch: SampleBatch, adv: Tensor, hp: UpdateHyperparams) -> list[int]:
+    return trainable_rows(batch, adv, hp.beta, drop_zero_std=hp.drop_zero_std_groups)
 
 
 def _device(model: nn.Module) -> torch.device:
@@ -258,6 +283,9 @@ def _mini_batch_step(
         _sum_gradients(model, accelerator)
     if accelerator is None:
         guard.check(step, "loss", acc.step_loss)
+    if hp.lr_schedule is not None:
+        for group in optimizer.param_groups:
+            group["lr"] = hp.step_lr(step - 1)
     lr = float(optimizer.param_groups[0]["lr"])  # the rate this step uses
     acc.end_step(_optimizer_step(model, optimizer, hp.max_grad_norm, guard, step, accelerator), lr)
 
@@ -297,18 +325,20 @@ def grpo_update(
             "grpo_update: beta > 0 needs a reference policy: pass ref_model, or a peft model "
             "(its base model, adapter disabled, is then the reference)"
         )
-    adv = _advantages(batch)  # [N]
-    rows = trainable_rows(batch, adv, hp.beta)
+    adv = _advantages(batch, hp)  # [N]
+    rows = _trainable_rows(batch, adv, hp)
     shared = hp.shared_prefix and supports_shared_prefix(model)
     plan = plan_update(batch, rows, hp.mini_batches, hp.micro_batch_size, by_group=shared) if rows else []
     if accelerator is None:
-        shards = shard_plan(batch, plan, normalization=hp.loss_normalization)
+        shards = shard_plan(batch, plan, normalization=hp.loss_normalization, fixed_tokens=hp.fixed_tokens)
     else:
         shards = shard_plan(batch, plan, accelerator.process_index, accelerator.num_processes,
-                            lockstep=is_sharded(model), normalization=hp.loss_normalization)  # fmt: skip
+                            lockstep=is_sharded(model), normalization=hp.loss_normalization,
+                            fixed_tokens=hp.fixed_tokens)  # fmt: skip
     local_plan = [shard.micro + shard.padding for shard in shards]
     group_ids = torch.tensor(batch.group_ids, dtype=torch.long)
     acc = MetricsSum()
+    first_lr = hp.step_lr(0) if hp.lr_schedule is not None else float(optimizer.param_groups[0]["lr"])
 
     if plan:
         # one epoch: the first mini-batch steps from the weights its old log-probs would be computed with,
@@ -321,7 +351,7 @@ def grpo_update(
         was_training = model.training
         model.train()
         dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-        guard = Guard(steps=hp.epochs * len(shards), lr=float(optimizer.param_groups[0]["lr"]), dtype=dtype)
+        guard = Guard(steps=hp.epochs * len(shards), lr=first_lr, dtype=dtype)
         try:
             for _ in range(hp.epochs):
                 for m, shard in enumerate(shards):
@@ -335,14 +365,16 @@ def grpo_update(
         acc = acc.summed_over(accelerator)
 
     signal = group_ids[adv != 0].unique()
+    trained = {batch.group_ids[i] for i in rows}
     return UpdateResult(
         **acc.summary(),
-        lr=float(optimizer.param_groups[0]["lr"]),
+        lr=first_lr,
         tokens=batch.policy_tokens(rows),
         samples=len(batch),
         trained_samples=len(rows),
         groups=int(group_ids.unique().numel()),
         groups_with_signal=int(signal.numel()),
+        groups_dropped=len(set(batch.group_ids) - trained),
         optimizer_steps=len(acc.steps),
         seconds=time.perf_counter() - start,
         steps=acc.step_records(),

@@ -54,11 +54,12 @@ def test_per_row_divisors_in_the_loss_by_hand():
     assert lp.grad[0, 0].item() == pytest.approx(-1 / 2) and lp.grad[1, 2].item() == pytest.approx(0.55 / 6)
 
 
-def _losses(batch: SampleBatch, normalization: LossNormalization) -> float:
+def _losses(batch: SampleBatch, normalization: LossNormalization, fixed_tokens: int = 3) -> float:
     """The loss `grpo_update` would take for `batch` as one mini-batch of per-row micro-batches."""
     g = torch.Generator().manual_seed(0)
     rows = list(range(len(batch)))
-    (shard,) = shard_plan(batch, [[[i] for i in rows]], normalization=normalization)
+    plan = [[[i] for i in rows]]
+    (shard,) = shard_plan(batch, plan, normalization=normalization, fixed_tokens=fixed_tokens)
     adv = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
     total = 0.0
     for i in rows:
@@ -71,13 +72,13 @@ def _losses(batch: SampleBatch, normalization: LossNormalization) -> float:
     return total
 
 
-def test_the_three_normalisations_differ_on_rows_of_unequal_lengths():
+def test_the_normalisations_differ_on_rows_of_unequal_lengths():
     batch = unequal_batch()
     values = {n: _losses(batch, n) for n in typing.get_args(LossNormalization)}
-    assert len({round(v, 12) for v in values.values()}) == 3, values
+    assert len({round(v, 12) for v in values.values()}) == 4, values
     equal = SampleBatch([[5, 5, 5]] * 4, [[0, 1, 1]] * 4, [1.0, 0.0, 1.0, 0.0], [0, 0, 1, 1])
-    same = [_losses(equal, n) for n in typing.get_args(LossNormalization)]
-    assert same == pytest.approx([same[0]] * 3, abs=1e-15)  # equal lengths, equal groups: one loss
+    same = [_losses(equal, n, fixed_tokens=2) for n in typing.get_args(LossNormalization)]
+    assert same == pytest.approx([same[0]] * 4, abs=1e-15)  # equal lengths (the constant's), groups: one loss
 
 
 def _grads(batch: SampleBatch, normalization: LossNormalization) -> dict[str, torch.Tensor]:
