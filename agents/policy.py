@@ -177,10 +177,10 @@ def with_lora_adapter(model: Any, train: TrainConfig) -> Any:
         return get_peft_model(model, config)
 
 
-def update_hyperparams(config: CoevolveConfig, round_: int | None = None) -> Any:
+def update_hyperparams(config: CoevolveConfig, round_: int) -> Any:
     """The GRPO update's settings from the run config (`rl.update.UpdateHyperparams`) for the update of round
     `round_`, whose first optimizer step is the run's step `round_ x epochs x mini_batches` (the lr schedule's
-    clock, `rl.schedule`). A schedule needs the round; a constant rate does not."""
+    clock, `rl.schedule`)."""
     from coevolve.rl.schedule import make_schedule
     from coevolve.rl.update import UpdateHyperparams
 
@@ -189,14 +189,11 @@ def update_hyperparams(config: CoevolveConfig, round_: int | None = None) -> Any
     total = None if t.schedule_rounds is None else t.schedule_rounds * steps_per_round
     schedule = make_schedule(t.lr_scheduler_type, warmup_steps=t.warmup_steps, warmup_ratio=t.warmup_ratio,
                              total_steps=total)  # fmt: skip
-    if schedule is not None and round_ is None:
-        raise ValueError(f"update_hyperparams: train.lr_scheduler_type {t.lr_scheduler_type} (with its "
-                         f"warmup) needs the round of the update")
     return UpdateHyperparams(
         lr=t.lr, clip_low=t.clip_low, clip_high=t.clip_high, beta=t.beta, micro_batch_size=t.micro_batch_size,
         epochs=t.epochs, mini_batches=t.mini_batches, max_grad_norm=t.max_grad_norm,
         temperature=config.rollout.temperature, weight_decay=t.weight_decay,
         shared_prefix=t.shared_prefix, loss_normalization=t.loss_normalization, fixed_tokens=t.fixed_tokens,
         scale_rewards=t.scale_rewards, drop_zero_std_groups=t.drop_zero_std_groups,
-        lr_schedule=schedule, first_step=(round_ or 0) * steps_per_round,
+        lr_schedule=schedule, first_step=round_ * steps_per_round,
     )

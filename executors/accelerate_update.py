@@ -211,7 +211,7 @@ def run_job(job: dict[str, Any]) -> None:
         load_full_optimizer_state(model, optimizer, read_optimizer_state(previous))
     elif previous is not None:
         load_optimizer_state(optimizer, previous)
-    hp = update_hyperparams(config)
+    hp = update_hyperparams(config, job["round"])
     reference = None
     if hp.beta > 0 and not train.lora_rank:  # with LoRA the reference is the adapter disabled
         reference, _ = load_model(model_cfg.name, dtype=model_cfg.dtype, device=device)

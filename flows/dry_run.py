@@ -37,6 +37,11 @@ EXTENSIONS: dict[str, tuple[Any, str]] = {
     "abstract.single_calls": (False, "each call of a group abstracted alone too"),
     "abstract.prefill_effect": (False, "a one-call group's reply started by what the call did"),
     "merge.signal_weight": (1.0, "sampling weight of signal-linked tasks"),
+    "train.lr_scheduler_type": ("constant", "learning-rate schedule over the run's optimizer steps"),
+    "train.warmup_steps": (0, "optimizer steps of linear warmup"),
+    "train.warmup_ratio": (0.0, "share of the schedule's steps warming up"),
+    "train.scale_rewards": ("group", "advantages divided by the group's reward spread"),
+    "train.drop_zero_std_groups": (False, "groups with equal rewards left out of the update (dynamic sampling)"),
 }
 """Settings that are not in the paper, with the value that turns each off."""
 

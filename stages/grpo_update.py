@@ -88,7 +88,8 @@ def update_policy(ctx: StageContext, round_: int, inputs: Inputs) -> StageResult
     }
     outputs = {"policy_version": version, "checkpoint": checkpoint_name(round_), **{k: row[k] for k in (
         "loss", "kl", "grad_norm", "tokens", "groups_with_signal", "seconds")},
-        "groups": int(metrics["groups"]), "steps": list(metrics.get("steps", ()))}  # steps: for trackers
+        "groups": int(metrics["groups"]), "groups_dropped": int(metrics.get("groups_dropped", 0)),
+        "steps": list(metrics.get("steps", ()))}  # steps: for trackers
     return StageResult({"updates": [row]}, outputs, folders=(checkpoint,),
                        after_manifest=lambda: _keep_newest_checkpoints(ctx, round_))
 
@@ -100,7 +101,7 @@ def _in_process_update(ctx: StageContext, round_: int, policy: PolicyModel, batc
     from coevolve.rl.divergence import DivergenceError
     from coevolve.rl.update import grpo_update, progress_total
 
-    hp = update_hyperparams(ctx.config)
+    hp = update_hyperparams(ctx.config, round_)
     reference = policy.reference_model() if hp.beta > 0 else None
     if (policy.optimizer is None or not policy.optimizer.state) and _optimizer_dropped_before(ctx, round_):
         _say_fresh_optimizer(ctx, round_)  # not continued in memory, and no saved state to continue

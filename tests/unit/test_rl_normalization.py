@@ -112,7 +112,7 @@ def test_the_default_is_the_loss_of_every_run_so_far():
     """`batch_tokens` hands `grpo_loss` the mini-batch's policy-token count as one integer, exactly the
     argument it had before the choice existed, so its losses and gradients are bit for bit those."""
     assert TrainConfig().loss_normalization == UpdateHyperparams(lr=1.0).loss_normalization == "batch_tokens"
-    assert update_hyperparams(CoevolveConfig(train={"loss_normalization": "sequence"})).loss_normalization == "sequence"
+    assert update_hyperparams(CoevolveConfig(train={"loss_normalization": "sequence"}), 0).loss_normalization == "sequence"
     batch = unequal_batch()
     (shard,) = shard_plan(batch, [[[0, 1], [2, 3]]])
     assert shard.divisors == {} and type(shard.normaliser([0, 1])) is int and shard.normaliser([2, 3]) == 8

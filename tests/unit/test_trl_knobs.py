@@ -25,7 +25,7 @@ from tests.unit.test_rl_update import SIGNAL, GradRecorder, make_batch, params, 
 PAPER_CONFIGS = ("bfcl-qwen3-4b.yaml", "appworld-qwen3-4b.yaml")
 
 
-def hp_of(round_: int | None = None, **train) -> UpdateHyperparams:
+def hp_of(round_: int = 0, **train) -> UpdateHyperparams:
     return update_hyperparams(CoevolveConfig(train=train), round_)
 
 
@@ -54,10 +54,9 @@ def test_config_counts_steps_across_rounds_and_warmup_ratio_of_the_horizon():
     assert hp_of(3, **train).first_step == 6
 
 
-def test_a_constant_rate_leaves_the_optimizer_alone_and_a_schedule_needs_the_round():
+def test_a_constant_rate_leaves_the_optimizer_alone():
     assert hp_of().lr_schedule is None and hp_of(lr_scheduler_type="constant_with_warmup").lr_schedule is None
-    with pytest.raises(ValueError, match="needs the round"):
-        hp_of(lr_scheduler_type="constant_with_warmup", warmup_steps=3)
+    assert hp_of(lr_scheduler_type="constant_with_warmup", warmup_steps=3).lr_schedule is not None
 
 
 def _rounds(model, optimizer, train: dict, rounds: range) -> list[float]:
@@ -245,3 +244,21 @@ def test_each_knob_names_its_trl_name_and_says_what_extends_the_paper(field, trl
     text = " ".join((TrainConfig.model_fields[field].description or "").split())
     assert f"TRL's `{trl}`" in text if trl else "no trl field" in text.lower()
     assert "not the paper's" in text
+
+
+def test_a_run_steps_its_updates_at_the_scheduled_rates_round_after_round(tmp_path, tokenizer):
+    """Through the stages: each round's update logs the rates of its own steps on the run's schedule."""
+    from coevolve.config import load_config
+    from coevolve.pipeline.runner import run_stage
+    from coevolve.stages import round_plan
+    from tests.conftest import CONFIGS, fake_context
+
+    config = load_config(CONFIGS / "test-tiny.yaml", [
+        "train.lr_scheduler_type=linear", "train.schedule_rounds=2", "train.mini_batches=2", "train.lr=0.001"])
+    ctx = fake_context(config, tmp_path, tokenizer)
+    logged = []
+    for round_ in range(2):
+        for stage in round_plan(config, round_):
+            run_stage(stage, ctx, round_)
+        logged += [step["learning_rate"] for step in ctx.store.manifest(round_, "grpo_update").outputs["steps"]]
+    assert logged == pytest.approx([0.001, 0.00075, 0.0005, 0.00025])  # 4 steps to 0, as transformers' linear
