@@ -31,9 +31,11 @@ checkpoint per round; the policy (`agents.policy`) and launched updates load the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -224,16 +226,28 @@ def read_optimizer_state(directory: Path) -> dict[str, Any]:
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, directory: Path) -> bool:
-    """Restore ``optimizer`` from ``directory/optimizer.pt`` (tensors go to the params' devices). From a
-    checkpoint whose optimizer state was dropped on purpose (`drop_optimizer_state`: a newer checkpoint
-    keeps the run's) ``optimizer`` starts fresh (whatever state it held is forgotten: it belongs to other
-    weights), and the answer is False."""
+    """Restore ``optimizer``'s state (moments, step counts) from ``directory/optimizer.pt`` (tensors go to the
+    params' devices); its hyper-parameters (learning rate, weight decay, betas) stay the ones it was built
+    with, from the run's config: a run continued with `--set train.lr=...` (after a divergence, say) steps at
+    the new rate. From a checkpoint whose optimizer state was dropped on purpose (`drop_optimizer_state`: a
+    newer checkpoint keeps the run's) ``optimizer`` starts fresh (whatever state it held is forgotten: it
+    belongs to other weights), and the answer is False."""
     if not (Path(directory) / OPTIMIZER_FILE).is_file() and optimizer_dropped(directory) is not None:
         _read_marker(directory)  # still a complete checkpoint
         optimizer.state.clear()
         return False
-    optimizer.load_state_dict(read_optimizer_state(directory))
+    with own_hyperparameters(optimizer):
+        optimizer.load_state_dict(read_optimizer_state(directory))
     return True
+
+
+@contextlib.contextmanager
+def own_hyperparameters(optimizer: torch.optim.Optimizer) -> Iterator[None]:
+    """Whatever the block loads into ``optimizer``, its param groups' hyper-parameters are put back after."""
+    kept = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    yield
+    for group, values in zip(optimizer.param_groups, kept, strict=True):
+        group.update(values)
 
 
 def optimizer_dropped(directory: Path) -> str | None:

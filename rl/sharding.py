@@ -88,4 +88,7 @@ def load_full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer
         "state": {names[i]: s for i, s in state["state"].items()},
         "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]],
     }
-    set_optimizer_state_dict(model, optimizer, by_name, options=StateDictOptions(full_state_dict=True))
+    from coevolve.rl.checkpoint import own_hyperparameters
+
+    with own_hyperparameters(optimizer):  # the config's rate and decay, as `load_optimizer_state`
+        set_optimizer_state_dict(model, optimizer, by_name, options=StateDictOptions(full_state_dict=True))

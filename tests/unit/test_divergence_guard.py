@@ -110,3 +110,20 @@ def test_a_diverged_update_saves_nothing_and_the_run_continues_after_a_config_ch
     assert run_stage(ROLLOUT, changed, 0).cached
     record = run_stage(GRPO_UPDATE, changed, 0)
     assert not record.cached and changed.store.layout.checkpoint_dir(0).is_dir()
+
+
+def test_a_run_continued_with_another_learning_rate_steps_at_it_with_the_saved_moments(tmp_path):
+    """After a divergence the paragraph says `--set train.lr=...`: the optimizer state loaded from the
+    checkpoint brings its moments, not the old rate."""
+    from coevolve.rl.checkpoint import load_optimizer_state, save_checkpoint
+    from tests.unit.test_rl_update import tiny_tokenizer
+
+    model = tiny_llama()
+    old = make_optimizer(model, lr=1e-3, weight_decay=0.1)
+    grpo_update(model, None, old, make_batch(SIGNAL), UpdateHyperparams(lr=1e-3))
+    save_checkpoint(model, tiny_tokenizer(), old, tmp_path / "round=0")
+    new = make_optimizer(model, lr=1e-5, weight_decay=0.0)
+    assert load_optimizer_state(new, tmp_path / "round=0")
+    assert [(g["lr"], g["weight_decay"]) for g in new.param_groups] == [(1e-5, 0.0)]
+    moments = [s["exp_avg"] for s in new.state.values()]
+    assert moments and all(torch.equal(a, s["exp_avg"]) for a, s in zip(moments, old.state.values(), strict=True))
