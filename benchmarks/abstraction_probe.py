@@ -5,12 +5,12 @@
     coevolve bench abstraction-probe --root ROOT --recheck 'learning-coevolve-%'
 
 The groups are real ones: the triples of the stored explorations of every run and round under ROOT (a
-storage root of the learning benchmark's runs), regrouped with `evolution.abstraction.build_groups`
+storage root of the learning benchmark's runs), regrouped with `stages.abstract.abstraction.build_groups`
 (`--single-calls`: and each call alone, `single_call_groups`). For each `--samples` value and `--prefill`
 way of starting a one-call reply (`plain`: the solution; `effect`: also what the call did,
 `evolve.abstract_prefill_effect`) the teacher (the model in process, the learning config's sampling)
-abstracts every group through `evolution.abstraction.abstract_groups`, and every `ok` candidate goes
-through `evolution.verification.check_solutions` (replay, read answers, effect, solvability, grounding,
+abstracts every group through `stages.abstract.abstraction.abstract_groups`, and every `ok` candidate goes
+through `stages.verify.verification.check_solutions` (replay, read answers, effect, solvability, grounding,
 reference replay; no policy attempt), its sibling duplicates in its place while it fails, as in the
 verify stage. Prints candidates by status, the solutions that pass (`passes`) and the reasons of every
 wording discarded on the way. `--recheck RUNS`: no teacher; the stored candidates of the matching runs go
@@ -33,12 +33,12 @@ from coevolve.agents.teacher import EngineTeacher, TeacherSettings
 from coevolve.benchmarks.record import command_line, figure, record_result
 from coevolve.benchmarks.suite import argument_parser
 from coevolve.envs.base import Task
-from coevolve.evolution.abstraction import abstract_groups, build_groups, single_call_groups
-from coevolve.evolution.contamination import HeldOut
-from coevolve.evolution.verification import VerifySettings, check_solutions
 from coevolve.llm.chat import ChatFormat
 from coevolve.llm.hf_engine import HfEngine
 from coevolve.llm.models import load_model
+from coevolve.stages.abstract.abstraction import abstract_groups, build_groups, single_call_groups
+from coevolve.stages.verify.contamination import HeldOut
+from coevolve.stages.verify.verification import VerifySettings, check_solutions
 
 
 def stored_groups(root: Path, env_name: str) -> list:

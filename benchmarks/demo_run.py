@@ -62,8 +62,8 @@ def held_out_success(root: Path) -> dict[str, float]:
 
 def warm_start_seconds(config: str) -> dict[str, float]:
     from coevolve.config import load_config
-    from coevolve.evolution.warm_start import RECORD, with_warm_starts
     from coevolve.llm.models import resolve_model
+    from coevolve.stages.warm_start.build import RECORD, with_warm_starts
 
     named = with_warm_starts(load_config(config))
     out = {}

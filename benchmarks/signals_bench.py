@@ -1,4 +1,4 @@
-"""Speed and agreement of `evolution.signals.extract_signals` against a plain-Python version of the rules.
+"""Speed and agreement of `stages.signals.rules.extract_signals` against a plain-Python version of the rules.
 
     coevolve bench signals                                  # 100 rounds x 10,000 trajectories
     coevolve bench signals --rounds 20                      # smaller ledger
@@ -27,7 +27,7 @@ import polars as pl
 
 from coevolve.benchmarks.record import command_line, figure, record_result
 from coevolve.benchmarks.suite import argument_parser
-from coevolve.evolution.signals import extract_signals
+from coevolve.stages.signals.rules import extract_signals
 
 
 def _names(prefix: str, numbers: np.ndarray, width: int) -> pl.Series:

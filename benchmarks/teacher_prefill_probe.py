@@ -1,9 +1,9 @@
 """How often a small in-process teacher answers the reflection prompt with usable JSON, with and without
-starting its reply with `evolution.prompts.REFLECT_PREFIX` (assistant prefill).
+starting its reply with `prompts.REFLECT_PREFIX` (assistant prefill).
 
     coevolve bench teacher-prefill-probe --model smollm2-135m --tasks 16
 
-Each probe is a real reflection prompt (`evolution.exploration.reflection_messages`) for a `train` task of
+Each probe is a real reflection prompt (`stages.explore.exploration.reflection_messages`) for a `train` task of
 the tool world, with a one-step failed trajectory (a call to an unknown tool, as SmolLM2 makes them),
 sampled at the teacher's default temperature; the reply goes through the real parser (`parse_context`).
 The replies parsed into an exploration context, by status, go to
@@ -19,11 +19,11 @@ from coevolve import envs
 from coevolve.agents.teacher import EngineTeacher, TeacherSettings
 from coevolve.benchmarks.record import command_line, figure, record_result
 from coevolve.benchmarks.suite import argument_parser
-from coevolve.evolution.exploration import Target, parse_context, reflection_messages
-from coevolve.evolution.prompts import REFLECT_PREFIX
 from coevolve.llm.chat import ChatFormat
 from coevolve.llm.hf_engine import HfEngine
 from coevolve.llm.models import load_model
+from coevolve.prompts import REFLECT_PREFIX
+from coevolve.stages.explore.exploration import Target, parse_context, reflection_messages
 
 FAILED_STEP = {"step": 0, "call_index": 0, "kind": "call", "tool": "balance", "arguments": "{}", "ok": False,
                "observation": 'unknown tool "balance"', "reply": ""}  # fmt: skip

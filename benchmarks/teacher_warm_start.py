@@ -2,7 +2,7 @@
 
     coevolve bench teacher-warm-start --root ROOT --start ROOT/warm-start/<policy warm start> --tasks 48
 
-`evolution.warm_start.teacher_checkpoint`: the policy's warm-started checkpoint (so the teacher can still
+`stages.warm_start.build.teacher_checkpoint`: the policy's warm-started checkpoint (so the teacher can still
 act in explorations) fine-tuned on the teacher's replies for fresh training-family tasks drawn with
 another seed than the policy's warm start (never a task of any split): one abstraction example per task,
 with distractor calls it must leave out, and one reflection example per task. The checkpoint goes to
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from coevolve.benchmarks.learning.plan import DEFAULT_CONFIG, TEACHER_BUILD
 from coevolve.benchmarks.suite import argument_parser
-from coevolve.evolution.warm_start import MAX_DISTRACTORS
+from coevolve.stages.warm_start.build import MAX_DISTRACTORS
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -34,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     from coevolve.config import load_config
-    from coevolve.evolution.warm_start import teacher_checkpoint
+    from coevolve.stages.warm_start.build import teacher_checkpoint
 
     settings = replace(TEACHER_BUILD, tasks=args.tasks, epochs=args.epochs, seed=args.seed)
     path = teacher_checkpoint(load_config(args.config), args.start, settings, args.root / "warm-start",

@@ -19,12 +19,12 @@ from coevolve.agents.episodes import EpisodeLimits, run_episodes
 from coevolve.benchmarks.record import command_line, figure, record_result
 from coevolve.benchmarks.suite import argument_parser
 from coevolve.config import load_config
-from coevolve.evolution.warm_start import warm_start_checkpoint, warm_start_key
 from coevolve.llm.chat import ChatFormat
 from coevolve.llm.engine import SamplingParams
 from coevolve.llm.hf_engine import HfEngine
 from coevolve.llm.models import cache_dir, load_model
 from coevolve.rl.warm_start import WarmStart
+from coevolve.stages.warm_start.build import warm_start_checkpoint, warm_start_key
 
 
 def main(argv: Sequence[str] | None = None) -> None:

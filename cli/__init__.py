@@ -157,7 +157,7 @@ def stage(
     `--set` changes the run's saved config (so the flow and later stages use it too); stages whose
     config sections it touches recompute when they next run."""
     from coevolve.flows.runs import check_round
-    from coevolve.stages import get_stage
+    from coevolve.stages.plan import get_stage
 
     layout = run_layout(root, run_name)
     if not layout.config_path.exists():
@@ -304,7 +304,7 @@ def fork(
 def _did_you_mean(name: str) -> str:
     import difflib
 
-    from coevolve.stages import STAGES
+    from coevolve.stages.plan import STAGES
 
     close = difflib.get_close_matches(name, list(STAGES), n=1)
     return f"Did you mean `{close[0]}`?" if close else "See `coevolve stage --help`."

@@ -85,8 +85,8 @@ def models_warm_start(
     """Build a config's warm starts into the model cache: merged from the shipped adapters where there are
     (seconds), else trained (minutes). `--rebuild --ship` is how the shipped adapters are made."""
     from coevolve.config import load_config
-    from coevolve.evolution.start_adapters import ship as ship_start
-    from coevolve.evolution.warm_start import build_warm_starts, start_paths, with_warm_starts
+    from coevolve.stages.warm_start.adapters import ship as ship_start
+    from coevolve.stages.warm_start.build import build_warm_starts, start_paths, with_warm_starts
 
     try:
         spec = load_config(config, overrides or [])

@@ -29,7 +29,7 @@ from coevolve.flows.tracking import track_rounds
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.runner import StageRecord, run_stage
 from coevolve.pipeline.stage import StageDef
-from coevolve.stages import round_plan
+from coevolve.stages.plan import round_plan
 from coevolve.storage.catalog import build_catalog
 from coevolve.storage.parquet import write_text_atomic
 
@@ -176,7 +176,7 @@ def run_context(ctx: RunContext, *, rounds: int | None = None, more: int | None 
 def coevolve_stage(stage: str, run: str, round: int, root: str, force: bool = False) -> dict[str, Any]:
     """Re-run one stage of a run from its cached inputs (`coevolve stage`, when a Prefect API is configured;
     the command holds the run's lock)."""
-    from coevolve.stages import get_stage
+    from coevolve.stages.plan import get_stage
     from coevolve.storage.layout import RunLayout
 
     layout = RunLayout(Path(root), run)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from coevolve.config import CoevolveConfig
-from coevolve.stages import evolves
+from coevolve.stages.plan import evolves
 
 PAPER: dict[str, tuple[Any, str]] = {
     "evolve.every": (10, "F, the evolution interval"),

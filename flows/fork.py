@@ -33,7 +33,7 @@ from coevolve.flows.runs import RunError
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.runner import is_cached, stage_key
 from coevolve.pipeline.stage import StageDef
-from coevolve.stages import round_plan
+from coevolve.stages.plan import round_plan
 from coevolve.storage.layout import RunLayout, checkpoint_name
 from coevolve.storage.lock import run_lock
 from coevolve.storage.manifest import Manifest

@@ -5,7 +5,7 @@ on one, tested on another), none of the run's own tasks or its warm start's, not
     coevolve eval --run learning-grpo-s0 --env-seed 9001 --split validation
     coevolve eval --run demo --env bfcl --split test --max-tasks 20      # tool world -> BFCL
 
-The evaluation is the `evaluate` stage's (`stages.evaluate.eval_settings`: greedy by default, the run's
+The evaluation is the `evaluate` stage's (`stages.evaluate.stage.eval_settings`: greedy by default, the run's
 reply and token limits) with the policy after `round` (default: the run's last update). Its rows
 (`evals`, `trajectories`, `steps`, the run's schemas) and `evaluation.json` go to their own folder,
 `<root>/evaluations/<run>/round=<r>-<options key>/`; read them with DuckDB's `read_parquet`.
@@ -21,9 +21,9 @@ from typing import Any
 
 from coevolve import envs
 from coevolve.core import content_hash
-from coevolve.evolution.start_adapters import RECORD
 from coevolve.pipeline.context import RunContext
-from coevolve.stages.evaluate import eval_sample, eval_settings
+from coevolve.stages.evaluate.stage import eval_sample, eval_settings
+from coevolve.stages.warm_start.adapters import RECORD
 from coevolve.storage.parquet import to_table, write_table, write_text_atomic
 from coevolve.storage.schemas import schema_for
 

@@ -24,7 +24,7 @@ import yaml
 from coevolve.config import CoevolveConfig, load_config, parse_config
 from coevolve.flows.validate import check_run_config
 from coevolve.pipeline.context import RunContext
-from coevolve.stages import round_plan
+from coevolve.stages.plan import round_plan
 from coevolve.storage.layout import RunLayout, storage_root
 
 IDENTITY_FIELDS = ("model.name", "env.name")

@@ -40,7 +40,7 @@ DTYPES = ("float32", "bfloat16", "float16")
 
 WARM_STARTS = "warm-start"
 """Model names `warm-start/<key>` are checkpoints in the cache's folder of that name, built by
-`evolution.warm_start` for a run's `warm_start` section."""
+`stages.warm_start.build` for a run's `warm_start` section."""
 
 
 def cache_dir() -> Path:

@@ -55,7 +55,7 @@ class RunContext:
     _warm_starts_checked: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        from coevolve.evolution.warm_start import with_warm_starts
+        from coevolve.stages.warm_start.build import with_warm_starts
 
         self.spec, self.config = self.config, with_warm_starts(self.config)
         self.policy = Policy(self.config.model, self.config.train, engine_factory=self.engine_factory)
@@ -144,11 +144,11 @@ class RunContext:
 
     def build_warm_starts(self) -> list[Path]:
         """Build the warm starts the config names (`warm_start` section) if this machine lacks them (checked
-        once per process); the checkpoints built now. The `warm-start` step (`stages.warm_start`) calls it
+        once per process); the checkpoints built now. The `warm-start` step (`stages.warm_start.stage`) calls it
         before round 0; a stage that needs a start on a machine that lacks it builds it here."""
         if self._warm_starts_checked:
             return []
-        from coevolve.evolution.warm_start import build_warm_starts
+        from coevolve.stages.warm_start.build import build_warm_starts
 
         built = build_warm_starts(self.spec, self.config)
         self._warm_starts_checked = True

@@ -10,7 +10,7 @@ Layout of a checkpoint directory:
 The weights are saved in the dtype the model trains in (`model.dtype`: float32 or bfloat16), never cast.
 The optimizer state (AdamW: two tensors per weight, twice the weights' size) is what continuing the
 training needs, and only the newest two checkpoints of a run keep it: `drop_optimizer_state` deletes it
-from the older ones once a newer one is saved (`stages.grpo_update`), leaving a note. Loading such a
+from the older ones once a newer one is saved (`stages.grpo_update.stage`), leaving a note. Loading such a
 checkpoint loads its weights as before; `load_optimizer_state` then starts the optimizer fresh and says so
 (it returns False), `read_optimizer_state` refuses in one line.
 

@@ -1,7 +1,7 @@
 """The GRPO update's divergence guard: a non-finite loss or gradient norm stops the update before its
 optimizer step, non-finite weights right after one (`DivergenceError`, naming the step and the likely
 cause). Nothing downstream would notice otherwise: a NaN policy is checkpointed, samples garbage, and the
-run goes on. `rl.update.grpo_update` checks each step; `stages.grpo_update` turns the error into one
+run goes on. `rl.update.grpo_update` checks each step; `stages.grpo_update.stage` turns the error into one
 paragraph and saves nothing."""
 
 from __future__ import annotations

@@ -35,11 +35,11 @@ class WarmStart:
     micro_batch_size: int = 8
     seed: int = 0
     teacher: bool = True
-    """Also teach the teacher's abstraction reply (`evolution.teacher_examples.abstraction_sample`) on the same tasks:
+    """Also teach the teacher's abstraction reply (`stages.warm_start.teacher_examples.abstraction_sample`) on the same tasks:
     an in-process teacher is the policy itself, and SmolLM2 otherwise copies the prompt's example."""
     lora_rank: int = 0
     """0: fine-tune every weight. Else train a LoRA adapter of this rank on every linear layer and merge
-    it (`evolution.start_adapters`): a start of a few MB that can be shipped and merged in seconds."""
+    it (`stages.warm_start.adapters`): a start of a few MB that can be shipped and merged in seconds."""
     lora_alpha: float = 32.0
     """LoRA scaling numerator (the adapter's update is scaled by lora_alpha / lora_rank)."""
 

@@ -1,67 +1,11 @@
-"""The stages, one module each, and which of them a round runs, in order.
+"""The stages: one package per phase, named after its stage, holding its declaration (`stage.py`), its
+logic (pure functions beside it) and its prompts. Which stages a round runs, in order: `plan.py`.
 
-Round r: [warm-start when the config has a `warm_start` section; bootstrap-explore -> bootstrap-triples -> bootstrap-abstract -> bootstrap-verify when
-`dataset.bootstrap_tasks` > 0, then bootstrap, then baseline: round 0 only] -> rollout -> [signals ->
-explore -> triples -> abstract -> verify -> merge every `evolve.every` rounds] -> grpo_update ->
-[evaluate every `eval.every` rounds]. With `evolve.verify_after_update` the evolution follows grpo_update.
+    warm_start/  bootstrap/  baseline/                          round 0 only
+    rollout/                                                    step 1
+    signals/  explore/  triples/  abstract/  verify/  merge/    steps 2-7, every `evolve.every` rounds
+    grpo_update/  evaluate/                                     step 8; every `eval.every` rounds
 
-    from coevolve.stages import STAGES, round_plan
-    [stage.name for stage in round_plan(config, 0)]
+A phase's logic modules import nothing of `pipeline`: only its `stage.py` (the `StageDef`, the cache key's
+config fields, the inputs it reads, the compute that wires them to the logic) does.
 """
-
-from __future__ import annotations
-
-from coevolve.config import CoevolveConfig
-from coevolve.pipeline.stage import StageDef
-from coevolve.stages.abstract import ABSTRACT, BOOTSTRAP_ABSTRACT
-from coevolve.stages.baseline import BASELINE
-from coevolve.stages.bootstrap import BOOTSTRAP
-from coevolve.stages.evaluate import EVALUATE
-from coevolve.stages.explore import BOOTSTRAP_EXPLORE, EXPLORE
-from coevolve.stages.grpo_update import GRPO_UPDATE
-from coevolve.stages.merge import MERGE
-from coevolve.stages.rollout import ROLLOUT
-from coevolve.stages.signals import SIGNALS
-from coevolve.stages.triples import BOOTSTRAP_TRIPLES, TRIPLES
-from coevolve.stages.verify import BOOTSTRAP_VERIFY, VERIFY
-from coevolve.stages.warm_start import WARM_START
-
-EVOLUTION: tuple[StageDef, ...] = (SIGNALS, EXPLORE, TRIPLES, ABSTRACT, VERIFY, MERGE)
-"""The data-evolution phases, in dependency order."""
-
-BOOTSTRAP_EVOLUTION: tuple[StageDef, ...] = (BOOTSTRAP_EXPLORE, BOOTSTRAP_TRIPLES, BOOTSTRAP_ABSTRACT, BOOTSTRAP_VERIFY)
-"""The same phases, unguided, that synthesize D_0's tasks in round 0 before any rollout."""
-
-STAGES: dict[str, StageDef] = {
-    s.name: s for s in (WARM_START, *BOOTSTRAP_EVOLUTION, BOOTSTRAP, BASELINE, ROLLOUT, *EVOLUTION, GRPO_UPDATE, EVALUATE)
-}
-
-
-def get_stage(name: str) -> StageDef:
-    if name not in STAGES:
-        raise ValueError(f"unknown stage {name!r}; stages: {', '.join(STAGES)}")
-    return STAGES[name]
-
-
-def evolves(config: CoevolveConfig, round_: int) -> bool:
-    """Whether round `round_` runs the data-evolution phases (every `evolve.every` rounds, up to
-    `evolve.last_round`)."""
-    every, last = config.evolve.every, config.evolve.last_round
-    return every > 0 and (round_ + 1) % every == 0 and (last is None or round_ <= last)
-
-
-def round_plan(config: CoevolveConfig, round_: int) -> list[StageDef]:
-    """The stages round `round_` runs, in dependency order."""
-    plan: list[StageDef] = []
-    if round_ == 0:
-        plan += [WARM_START] if config.warm_start.policy_tasks or config.warm_start.teacher_tasks else []
-        plan += [*BOOTSTRAP_EVOLUTION] if config.dataset.bootstrap_tasks else []
-        plan.append(BOOTSTRAP)
-        if config.eval.baseline and config.eval.every:
-            plan.append(BASELINE)
-    plan.append(ROLLOUT)
-    evolution = list(EVOLUTION) if evolves(config, round_) else []
-    plan += [GRPO_UPDATE, *evolution] if config.evolve.verify_after_update else [*evolution, GRPO_UPDATE]
-    if config.eval.every and (round_ + 1) % config.eval.every == 0:
-        plan.append(EVALUATE)
-    return plan

@@ -132,7 +132,7 @@ SIGNALS = _schema(
     pa.field("task_id", pa.string(), nullable=False),
     pa.field("trajectory_id", pa.string(), nullable=False),  # the marked rollout trajectory
     pa.field("trajectory_round", pa.int32(), nullable=False),  # round of that trajectory
-    pa.field("evidence", pa.string(), nullable=False),  # JSON, see stages/signals.py
+    pa.field("evidence", pa.string(), nullable=False),  # JSON, see stages/signals/stage.py
 )
 
 EXPLORATIONS = _schema(

@@ -1,4 +1,4 @@
-"""A signal's evidence, the JSON `evolution.signals` stores with it, as rows a person can read.
+"""A signal's evidence, the JSON `stages.signals.rules` stores with it, as rows a person can read.
 
 Each row is {field, value, meaning}: floats to 3 significant digits, and the values that stand for
 something else said in words: a rare-signal window that starts before round 0 (`first_round` < 0,

@@ -84,7 +84,7 @@ def verified_candidate(
 def candidate_label(status: str, duplicate_of: str | None, outcome: str | None) -> str:
     """What a candidate was, said with what became of it. Abstraction marks `duplicate` a wording of the same
     solution as an earlier `ok` candidate; verification checks such a wording in place of its twin when the
-    environment checks discard the twin (`evolution.verification.sibling_duplicates`), so an admitted
+    environment checks discard the twin (`stages.verify.verification.sibling_duplicates`), so an admitted
     `duplicate` is the wording that stood for the solution, not a duplicate admitted twice."""
     if status != "duplicate":
         return status
@@ -108,7 +108,7 @@ def lineage_triples(reader: RunsReader, run: str, lineage: dict[str, Any]) -> li
     """The triples of the group the task was abstracted from: a one-call group's parent (`parent_group_id`),
     whose id the triples carry, the one-call group's own id being on the candidate only. In a run written
     before one-call groups named their parent (a hashed id, no `parent_group_id`) the triples are found
-    through the exploration: its context is one group (`evolution.triples.group_id`)."""
+    through the exploration: its context is one group (`stages.triples.grouping.group_id`)."""
     if not reader.has("triples"):
         return []
     group = lineage.get("parent_group_id") or lineage.get("group_id")
@@ -128,7 +128,7 @@ def _triples(reader: RunsReader, run: str, column: str, value: str | None) -> li
 
 def mark_call(triples: list[dict[str, Any]], call_index: str | None) -> list[dict[str, Any]]:
     """`triples` with `abstracted` set on the rows of a one-call group's call: the `call_index`-th distinct
-    successful (tool, arguments) in episode order, as `evolution.abstraction.build_groups` numbers them."""
+    successful (tool, arguments) in episode order, as `stages.abstract.abstraction.build_groups` numbers them."""
     calls = list(dict.fromkeys((t["tool"], t["arguments"]) for t in triples if t["ok"]))
     at = int(call_index) if str(call_index).isdigit() else -1
     picked = calls[at] if 0 <= at < len(calls) else None

@@ -30,7 +30,7 @@ keys that leave the root out, so a copy of `<root>/warm-start/` serves another r
 
 The evolving arms share one teacher of their own (`--teacher-tasks`, default 48; 0 = the config's
 teacher, which in the learning config is the policy): the warm start fine-tuned on the teacher's
-abstraction and reflection replies for fresh training-family tasks (`evolution.warm_start.teacher_checkpoint`,
+abstraction and reflection replies for fresh training-family tasks (`stages.warm_start.build.teacher_checkpoint`,
 built once under `<root>/warm-start/teacher-*`), run as `teacher.type: local`. The paper's teacher is a
 strong LLM apart from the policy; a 135M policy acting as its own teacher writes too few well-posed tasks
 for any to be admitted. grpo has no teacher.

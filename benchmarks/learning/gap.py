@@ -35,7 +35,7 @@ def measure_gap_families(plan: Plan, out: Path) -> str:
     from coevolve.envs.toolworld.tasks import GAP_TEMPLATES
     from coevolve.pipeline.context import RunContext
     from coevolve.pipeline.runner import run_stage
-    from coevolve.stages.baseline import BASELINE
+    from coevolve.stages.baseline.stage import BASELINE
     from coevolve.storage.parquet import write_table, write_text_atomic
 
     plan, root = prepare(replace(plan, arms=("grpo",)))  # the shared warm start only

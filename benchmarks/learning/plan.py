@@ -127,7 +127,7 @@ class Plan:
     """Each arm starts as a fork of the grpo run of its seed (`runs.share_with_grpo`)."""
     teacher: WarmStart | None = TEACHER_BUILD
     """The evolving arms' teacher (`teacher.type: local`): the warm start fine-tuned on the teacher's
-    abstraction and reflection replies for these many fresh tasks (`evolution.warm_start.teacher_checkpoint`);
+    abstraction and reflection replies for these many fresh tasks (`stages.warm_start.build.teacher_checkpoint`);
     None: the config's teacher."""
     teacher_model: Path | None = None
     """The teacher checkpoint, once `runs.run_benchmark` has it."""

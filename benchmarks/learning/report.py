@@ -93,7 +93,7 @@ def _warm_start_line(plan: Plan) -> str:
     return (line + f" The evolving arms' teacher (`teacher.type: local`) is `{plan.teacher_model}`: that checkpoint "
             f"fine-tuned on {plan.teacher.tasks} abstraction and {plan.teacher.tasks} reflection replies, and an "
             f"exploration episode for each of them that lists a variant, for fresh training-family tasks "
-            f"(evolution/warm_start.py).")  # fmt: skip
+            f"(stages/warm_start/build.py).")  # fmt: skip
 
 
 def describe_runs(runs: Sequence[str]) -> str:

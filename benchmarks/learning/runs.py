@@ -137,7 +137,7 @@ def prepare(plan: Plan, *, build: bool = True) -> tuple[Plan, Path]:
             f"{plan.config} sets evolve.every: 0; the evolving arms need F > 0 (--set evolve.every=1)"
         )
     root = storage_root(configured=config.storage.root)
-    from coevolve.evolution.warm_start import (
+    from coevolve.stages.warm_start.build import (
         teacher_checkpoint,
         teacher_key,
         warm_start_checkpoint,

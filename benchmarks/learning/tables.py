@@ -84,7 +84,7 @@ def evolution_counts(root: Path, names: Sequence[str]) -> pl.DataFrame:
 
 def teacher_output(root: Path, names: Sequence[str]) -> pl.DataFrame:
     """Per run: the teacher's candidates by status, then the verdicts on the `ok` ones and on the
-    duplicates verification checked in place of a discarded one (`stand_ins`, `evolution.verification.sibling_duplicates`):
+    duplicates verification checked in place of a discarded one (`stand_ins`, `stages.verify.verification.sibling_duplicates`):
     is the teacher the bottleneck, or verification?"""
     return scalar_table(root, names, """
         SELECT c.run, count(*) AS candidates, count(*) FILTER (c.status = 'ok') AS ok,

@@ -26,7 +26,7 @@ class EvolveConfig(Section):
     curriculum: Literal["teacher", "oracle", "oracle-gap"] = "teacher"
     """Where new tasks come from: `teacher` (CoEvolve: re-exploration and abstraction by the teacher LLM),
     `oracle` (NOT CoEvolve: the environment's generator draws fresh tasks of the families the signals point
-    at, `evolution.curriculum`; the in-distribution learning benchmark's ceiling arm) or `oracle-gap` (NOT
+    at, `stages.explore.curriculum`; the in-distribution learning benchmark's ceiling arm) or `oracle-gap` (NOT
     CoEvolve: fresh tasks of the coverage gap, the families of the environment option `gap_families`, in
     turn; the coverage experiment's ceiling arm)."""
     verify_after_update: bool = False
@@ -75,7 +75,7 @@ class ExploreConfig(Section):
     """S: most teacher replies per exploration episode (multi-step)."""
     follow_ups: int = Field(1, ge=0)
     """Extension, not the paper's: user turns added after the explored task's own (0: none, as in the paper),
-    each asking the teacher to explore beyond the request (`evolution/prompts/explore_follow_up.md`): a small
+    each asking the teacher to explore beyond the request (`stages/explore/prompts/explore_follow_up.md`): a small
     teacher otherwise carries the request out and stops, and the only task its calls make is the explored one
     again."""
 

@@ -186,7 +186,7 @@ class TrackingSection(Section):
 
 
 class WarmStartSection(Section):
-    """Supervised starts built once before a run (`evolution.warm_start`) and cached by content in the model
+    """Supervised starts built once before a run (`stages.warm_start.build`) and cached by content in the model
     cache (`~/.cache/coevolve/warm-start/`), for a policy too small to act or teach zero-shot. Every run
     of the same model, environment and settings reuses them; `model.name` and the teacher become their
     `warm-start/<key>` names in the run's saved config."""
@@ -204,7 +204,7 @@ class WarmStartSection(Section):
     """AdamW learning rate, for both starts."""
     lora_rank: int = Field(0, ge=0, le=65_536)
     """0: fine-tune every weight. Else train a LoRA adapter of this rank on every linear layer and merge it
-    (`evolution.start_adapters`): a start small enough to ship (`configs/warm-starts/`), merged in seconds
+    (`stages.warm_start.adapters`): a start small enough to ship (`configs/warm-starts/`), merged in seconds
     instead of trained. Use a larger `lr` than for a full fine-tune."""
     lora_alpha: float = Field(32.0, gt=0.0)
     """LoRA scaling numerator (the adapter's update is scaled by lora_alpha / lora_rank)."""

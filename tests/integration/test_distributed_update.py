@@ -54,9 +54,9 @@ def test_two_processes_update_like_one(tmp_path, launcher, request):
     from coevolve.config import load_config
     from coevolve.pipeline.context import RunContext
     from coevolve.pipeline.runner import run_stage
-    from coevolve.stages.bootstrap import BOOTSTRAP
-    from coevolve.stages.grpo_update import GRPO_UPDATE
-    from coevolve.stages.rollout import ROLLOUT
+    from coevolve.stages.bootstrap.stage import BOOTSTRAP
+    from coevolve.stages.grpo_update.stage import GRPO_UPDATE
+    from coevolve.stages.rollout.stage import ROLLOUT
     from coevolve.storage.catalog import query
 
     worker = request.getfixturevalue("second_machine") if launcher == "two-machines.yaml" else None
@@ -109,9 +109,9 @@ def test_a_missing_accelerate_config_names_the_field(tmp_path):
     from coevolve.config import load_config
     from coevolve.pipeline.context import RunContext
     from coevolve.pipeline.runner import run_stage
-    from coevolve.stages.bootstrap import BOOTSTRAP
-    from coevolve.stages.grpo_update import GRPO_UPDATE
-    from coevolve.stages.rollout import ROLLOUT
+    from coevolve.stages.bootstrap.stage import BOOTSTRAP
+    from coevolve.stages.grpo_update.stage import GRPO_UPDATE
+    from coevolve.stages.rollout.stage import ROLLOUT
 
     config = load_config(CONFIGS / "test-tiny.yaml", ["train.accelerate_config=nowhere/accelerate.yaml"])
     ctx = RunContext.create(config, "broken", tmp_path, quiet=True)

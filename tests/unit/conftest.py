@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from coevolve.evolution.candidates import candidate_task
-from coevolve.evolution.exploration import Target, exploration_artifacts, explore
-from coevolve.evolution.verification import VerifySettings, verify_candidates
 from coevolve.llm.chat import ChatFormat
+from coevolve.stages.explore.exploration import Target, exploration_artifacts, explore
+from coevolve.stages.verify.candidates import candidate_task
+from coevolve.stages.verify.verification import VerifySettings, verify_candidates
 from tests.fakes.teacher import OracleEngine, ScriptedTeacher
 from tests.unit.evolution_world import VALID, candidate, family, make_env
 

@@ -14,9 +14,9 @@ from coevolve.core import ToolCall
 from coevolve.envs.appworld import AppWorldEnv
 from coevolve.envs.appworld.actions import code_literals
 from coevolve.envs.replay import replay_reference
-from coevolve.evolution.candidates import candidate_task, idle_evaluation
-from coevolve.evolution.verification import VerifySettings, verify_candidates
 from coevolve.llm.chat import ChatFormat
+from coevolve.stages.verify.candidates import candidate_task, idle_evaluation
+from coevolve.stages.verify.verification import VerifySettings, verify_candidates
 from tests.fakes.appworld_server import DECLINE, FakeAppWorldServer
 from tests.fakes.teacher import OracleEngine
 

@@ -1,4 +1,4 @@
-"""Verification's environment checks (`evolution.checks.CHECKS`), one test per named check, on hand-made
+"""Verification's environment checks (`stages.verify.checks.CHECKS`), one test per named check, on hand-made
 candidate rows against the real tool world; then whole candidates through `check_candidate`.
 
 `draft_before(check, row)` runs the checks before `check` on a row, so each test sees the draft exactly as
@@ -14,8 +14,9 @@ from types import SimpleNamespace
 import pytest
 
 from coevolve.core import ToolCall
-from coevolve.evolution.candidates import Rejected
-from coevolve.evolution.checks import (
+from coevolve.stages.abstract.similarity import task_signature
+from coevolve.stages.verify.candidates import Rejected
+from coevolve.stages.verify.checks import (
     CHECKS,
     CheckContext,
     Draft,
@@ -35,9 +36,8 @@ from coevolve.evolution.checks import (
     replay,
     solvable,
 )
-from coevolve.evolution.contamination import HeldOut
-from coevolve.evolution.settings import VerifySettings
-from coevolve.evolution.similarity import task_signature
+from coevolve.stages.verify.contamination import HeldOut
+from coevolve.stages.verify.settings import VerifySettings
 from tests.unit.evolution_world import candidate, family, make_env
 
 

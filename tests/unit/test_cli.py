@@ -48,7 +48,7 @@ def one_paragraph(result) -> str:
 
 def make_run(root: Path, run: str = "demo", rounds: int = 1, config: Path = TINY) -> RunLayout:
     """A run on disk: the saved config and, per round, a finished manifest for every planned stage."""
-    from coevolve.stages import round_plan
+    from coevolve.stages.plan import round_plan
 
     layout = RunLayout(root, run)
     cfg = load_config(config)

@@ -1,4 +1,4 @@
-"""The contamination guard (`evolution.contamination`): a synthesized task that checks what a held-out task
+"""The contamination guard (`stages.verify.contamination`): a synthesized task that checks what a held-out task
 checks (its answers in its world, or its final state) is refused by verification and by the
 no-verification ablation alike, whatever its wording."""
 
@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from coevolve.evolution.candidates import Rejected
-from coevolve.evolution.checks import checks_nothing_held_out
-from coevolve.evolution.contamination import HeldOut, required_answers, world_of
-from coevolve.evolution.settings import VerifySettings
-from coevolve.evolution.verification import verify_candidates
+from coevolve.stages.verify.candidates import Rejected
+from coevolve.stages.verify.checks import checks_nothing_held_out
+from coevolve.stages.verify.contamination import HeldOut, required_answers, world_of
+from coevolve.stages.verify.settings import VerifySettings
+from coevolve.stages.verify.verification import verify_candidates
 from tests.unit.evolution_world import candidate, family, make_env
 from tests.unit.test_checks import draft_before
 

@@ -9,8 +9,8 @@ from coevolve import envs
 from coevolve.benchmarks.learning.coverage import gap_tools
 from coevolve.config import ConfigError, load_config
 from coevolve.envs.toolworld.tasks import TRAIN_TEMPLATES, training_tools
-from coevolve.evolution.curriculum import gap_explorations
-from coevolve.evolution.exploration import Target
+from coevolve.stages.explore.curriculum import gap_explorations
+from coevolve.stages.explore.exploration import Target
 from coevolve.storage.datasets import seed_sample
 from tests.conftest import CONFIGS
 
@@ -29,7 +29,7 @@ def test_no_training_data_shows_a_gap_family_or_calls_a_gap_tool():
         assert not {t.family for t in tasks} & set(config.gap_families)
         assert not {c.name for t in tasks for turn in t.solution for c in turn} & gap
     shown = " ".join(m["content"] for m in env.demonstrations())
-    from coevolve.evolution import prompts
+    from coevolve import prompts
 
     texts = [shown, *(prompts.prompt_template(name).template for name in ("abstract", "explore", "explore_follow_up", "reflect"))]
     assert not [tool for tool in gap for text in texts if tool in text]

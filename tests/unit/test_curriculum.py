@@ -8,9 +8,9 @@ import json
 
 from coevolve.config import load_config
 from coevolve.pipeline.runner import run_stage
-from coevolve.stages import EVOLUTION
-from coevolve.stages.bootstrap import BOOTSTRAP
-from coevolve.stages.rollout import ROLLOUT
+from coevolve.stages.bootstrap.stage import BOOTSTRAP
+from coevolve.stages.plan import EVOLUTION
+from coevolve.stages.rollout.stage import ROLLOUT
 from tests.conftest import CONFIGS, fake_context
 
 
@@ -45,7 +45,7 @@ def test_the_oracle_draws_fresh_tasks_of_the_signalled_families(tmp_path, tokeni
 def test_a_synthesized_task_points_the_oracle_at_the_families_calling_its_tools():
     from coevolve import envs
     from coevolve.envs.base import family_tools, synthesized_family
-    from coevolve.evolution.curriculum import oracle_candidates
+    from coevolve.stages.explore.curriculum import oracle_candidates
 
     env = envs.make("toolworld")
     family = synthesized_family(["get_order", "get_order"])

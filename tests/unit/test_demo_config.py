@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 
 from coevolve.config import load_config
-from coevolve.evolution.warm_start import with_warm_starts
-from coevolve.stages import EVOLUTION, round_plan
+from coevolve.stages.plan import EVOLUTION, round_plan
+from coevolve.stages.warm_start.build import with_warm_starts
 from tests.conftest import CONFIGS, REPO
 
 
@@ -37,8 +37,8 @@ def test_the_demo_teacher_is_built_from_the_bundled_model():
 
 
 def test_the_demo_starts_are_shipped_so_a_first_run_merges_instead_of_training():
-    from coevolve.evolution.start_adapters import shipped_adapter
-    from coevolve.evolution.warm_start import start_paths
+    from coevolve.stages.warm_start.adapters import shipped_adapter
+    from coevolve.stages.warm_start.build import start_paths
 
     cfg = load_config(CONFIGS / "demo.yaml")
     starts = start_paths(cfg, with_warm_starts(cfg))

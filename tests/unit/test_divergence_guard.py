@@ -12,9 +12,9 @@ from coevolve.config import ConfigError, load_config
 from coevolve.pipeline.runner import run_stage
 from coevolve.rl.divergence import DivergenceError
 from coevolve.rl.update import UpdateHyperparams, grpo_update, make_optimizer
-from coevolve.stages.bootstrap import BOOTSTRAP
-from coevolve.stages.grpo_update import GRPO_UPDATE, UpdateDivergedError
-from coevolve.stages.rollout import ROLLOUT
+from coevolve.stages.bootstrap.stage import BOOTSTRAP
+from coevolve.stages.grpo_update.stage import GRPO_UPDATE, UpdateDivergedError
+from coevolve.stages.rollout.stage import ROLLOUT
 from tests.conftest import CONFIGS, fake_context
 from tests.unit.test_rl_update import SIGNAL, make_batch, params, tiny_llama
 

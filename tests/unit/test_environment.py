@@ -19,8 +19,8 @@ from coevolve.envs.base import (
     Task,
     TaskSynthesis,
 )
-from coevolve.evolution.candidates import Rejected, candidate_task
-from coevolve.evolution.exploration import ContextEnv
+from coevolve.stages.explore.exploration import ContextEnv
+from coevolve.stages.verify.candidates import Rejected, candidate_task
 from tests.unit.tool_world import SMALL, bank_task
 
 

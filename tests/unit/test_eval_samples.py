@@ -10,7 +10,7 @@ from coevolve.benchmarks.learning.outcomes import per_task_evals
 from coevolve.config import ConfigError, load_config
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.runner import run_stage
-from coevolve.stages.baseline import BASELINE
+from coevolve.stages.baseline.stage import BASELINE
 from coevolve.storage.catalog import query
 from tests.conftest import CONFIGS
 from tests.fakes.teacher import OracleEngine

@@ -10,10 +10,10 @@ import time
 from coevolve.config import load_config
 from coevolve.envs.base import Task
 from coevolve.pipeline.runner import run_stage
-from coevolve.stages import EVOLUTION, round_plan
-from coevolve.stages.bootstrap import BOOTSTRAP
-from coevolve.stages.rollout import ROLLOUT
-from coevolve.stages.signals import SIGNALS
+from coevolve.stages.bootstrap.stage import BOOTSTRAP
+from coevolve.stages.plan import EVOLUTION, round_plan
+from coevolve.stages.rollout.stage import ROLLOUT
+from coevolve.stages.signals.stage import SIGNALS
 from coevolve.storage.catalog import query
 from coevolve.storage.manifest import Manifest
 from tests.conftest import CONFIGS, fake_context
@@ -157,7 +157,7 @@ def test_round_plan_runs_evolution_every_f_rounds():
 
 
 def test_verify_after_update_attempts_candidates_with_the_updated_policy(tmp_path, tokenizer):
-    from coevolve.stages.grpo_update import GRPO_UPDATE
+    from coevolve.stages.grpo_update.stage import GRPO_UPDATE
 
     names = [s.name for s in round_plan(config("evolve.verify_after_update=true"), 0)]
     assert names[names.index("rollout") + 1 :] == ["grpo_update", *(s.name for s in EVOLUTION), "evaluate"]
@@ -206,7 +206,7 @@ def test_an_evolving_round_grows_the_dataset_with_lineage(tmp_path, tokenizer):
 
 
 def test_unguided_exploration_ignores_the_signals(tmp_path, tokenizer):
-    from coevolve.stages.explore import EXPLORE
+    from coevolve.stages.explore.stage import EXPLORE
 
     ctx = fake_context(config("explore.guided=false", "explore.max_explorations=2"), tmp_path, tokenizer)
     for stage in (BOOTSTRAP, ROLLOUT, SIGNALS, EXPLORE):
@@ -222,7 +222,7 @@ def test_unguided_exploration_ignores_the_signals(tmp_path, tokenizer):
 
 def test_bootstrap_explores_to_extend_d0(tmp_path, tokenizer):
     """Round 0 runs the evolution stages unguided before the first rollout; bootstrap takes up to N tasks."""
-    from coevolve.stages import BOOTSTRAP_EVOLUTION
+    from coevolve.stages.plan import BOOTSTRAP_EVOLUTION
 
     cfg = config("dataset.max_tasks=3", "dataset.bootstrap_tasks=2", "dataset.bootstrap_worlds=3")
     assert [s.name for s in round_plan(cfg, 0)][:5] == [*(s.name for s in BOOTSTRAP_EVOLUTION), "bootstrap"]

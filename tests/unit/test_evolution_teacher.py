@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from coevolve.evolution.prompts import prompt_template, render_prompt
 from coevolve.llm.engine import SamplingParams
 from coevolve.llm.openai_engine import OpenAIEngine, OpenAIEngineError
 from coevolve.llm.replies import MAX_JSON_DEPTH, MAX_REPLY_CHARS, JsonReplyError, extract_json
+from coevolve.prompts import prompt_template, render_prompt
 from tests.fakes.openai_server import FakeOpenAIServer
 
 # --- extract_json -------------------------------------------------------------------------------
@@ -202,8 +202,8 @@ def test_make_teacher_openai_uses_the_configured_server(tmp_path):
 
 def test_make_teacher_local_loads_its_own_model_once(tmp_path):
     from coevolve.config import parse_config
-    from coevolve.evolution.prompts import REFLECT_PREFIX
     from coevolve.pipeline.context import RunContext
+    from coevolve.prompts import REFLECT_PREFIX
 
     cfg = parse_config({"model": {"name": "tiny-random-llama"},
                         "teacher": {"type": "local", "model": "tiny-random-llama", "max_new_tokens": 4}},
@@ -222,10 +222,10 @@ def test_make_teacher_local_loads_its_own_model_once(tmp_path):
 
 def test_engine_teacher_starts_its_reply_with_the_prefix():
     from coevolve.agents.teacher import EngineTeacher, TeacherSettings
-    from coevolve.evolution.prompts import REFLECT_PREFIX
     from coevolve.llm.chat import ChatFormat
     from coevolve.llm.hf_engine import HfEngine
     from coevolve.llm.models import load_model
+    from coevolve.prompts import REFLECT_PREFIX
 
     model, tokenizer = load_model("tiny-random-llama")
     teacher = EngineTeacher(

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import json
 
-from coevolve.evolution.exploration import (
+from coevolve.stages.explore.exploration import (
     Target,
     exploration_artifacts,
     exploration_task,
     explore,
     select_signals,
 )
-from coevolve.evolution.triples import build_triples
+from coevolve.stages.triples.grouping import build_triples
 from tests.fakes.teacher import ScriptedTeacher
 from tests.unit.evolution_world import VALID, family, make_env
 

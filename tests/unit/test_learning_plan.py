@@ -34,7 +34,7 @@ def test_the_ablation_regime_is_the_papers_table_each_arm_a_valid_config():
     from dataclasses import replace
 
     from coevolve.benchmarks.learning.plan import ARM_MEANINGS, ARMS, REGIMES, run_overrides
-    from coevolve.stages import evolves
+    from coevolve.stages.plan import evolves
 
     plan = Plan.make(quick=False, regime="ablation", seeds=1)
     assert plan.config == REGIMES["in-distribution"].config and plan.run_name("unguided", 0) == "ablation-unguided-s0"

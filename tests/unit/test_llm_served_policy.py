@@ -15,7 +15,7 @@ import pytest
 
 from coevolve.llm.engine import SamplingParams
 from coevolve.llm.openai_engine import OpenAIEngine, OpenAIEngineError
-from coevolve.stages.rollout import check_single_version
+from coevolve.stages.rollout.stage import check_single_version
 from tests.fakes.openai_server import FakeOpenAIServer
 
 SAMPLING = SamplingParams(max_new_tokens=8, seed=0)

@@ -8,7 +8,7 @@ import random
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from coevolve.evolution.merging import admitted_tasks, merge_dataset, solved_shares
+from coevolve.stages.merge.merging import admitted_tasks, merge_dataset, solved_shares
 from coevolve.storage.datasets import sample_task_ids
 
 

@@ -1,11 +1,11 @@
-"""What an English query asks for (`evolution.queries`): information or an action, and its literals."""
+"""What an English query asks for (`stages.verify.queries`): information or an action, and its literals."""
 
 from __future__ import annotations
 
 import pytest
 
-from coevolve.evolution.candidates import replay_solution
-from coevolve.evolution.queries import asks_for_information, query_literals, requested_action
+from coevolve.stages.verify.candidates import replay_solution
+from coevolve.stages.verify.queries import asks_for_information, query_literals, requested_action
 from tests.unit.evolution_world import make_env
 
 

@@ -23,9 +23,9 @@ from coevolve.pipeline.runner import is_cached, run_stage, stage_key
 from coevolve.pipeline.stage import StageDef, StageResult
 from coevolve.rl import checkpoint as rl_checkpoint
 from coevolve.rl.checkpoint import CorruptCheckpointError, load_weights, save_checkpoint
-from coevolve.stages.bootstrap import BOOTSTRAP
-from coevolve.stages.grpo_update import GRPO_UPDATE
-from coevolve.stages.rollout import ROLLOUT
+from coevolve.stages.bootstrap.stage import BOOTSTRAP
+from coevolve.stages.grpo_update.stage import GRPO_UPDATE
+from coevolve.stages.rollout.stage import ROLLOUT
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.manifest import Manifest
 from coevolve.storage.parquet import ArtifactError, read_table

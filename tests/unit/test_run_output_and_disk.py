@@ -21,8 +21,8 @@ from coevolve.pipeline import context as context_module
 from coevolve.pipeline.context import PlainProgress, RunContext
 from coevolve.pipeline.runner import is_cached, run_stage, stage_key
 from coevolve.rl.checkpoint import OPTIMIZER_DROPPED, OPTIMIZER_FILE, read_optimizer_state
-from coevolve.stages import round_plan
-from coevolve.stages.grpo_update import GRPO_UPDATE
+from coevolve.stages.grpo_update.stage import GRPO_UPDATE
+from coevolve.stages.plan import round_plan
 from coevolve.storage.layout import checkpoint_name
 from coevolve.storage.store import RunStore
 from tests.conftest import CONFIGS, fake_context

@@ -10,9 +10,9 @@ import pytest
 from coevolve.config import load_config
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.runner import run_stage
-from coevolve.stages.bootstrap import BOOTSTRAP
-from coevolve.stages.grpo_update import GRPO_UPDATE
-from coevolve.stages.rollout import ROLLOUT
+from coevolve.stages.bootstrap.stage import BOOTSTRAP
+from coevolve.stages.grpo_update.stage import GRPO_UPDATE
+from coevolve.stages.rollout.stage import ROLLOUT
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.lock import RunLockedError, run_lock
 from coevolve.storage.parquet import ArtifactError

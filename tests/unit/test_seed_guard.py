@@ -5,10 +5,10 @@ without a twin is the same as before the guard."""
 from __future__ import annotations
 
 from coevolve.config import load_config
-from coevolve.evolution.contamination import HeldOut
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.runner import run_stage
-from coevolve.stages.bootstrap import BOOTSTRAP
+from coevolve.stages.bootstrap.stage import BOOTSTRAP
+from coevolve.stages.verify.contamination import HeldOut
 from coevolve.storage.datasets import seed_sample
 from tests.conftest import CONFIGS
 

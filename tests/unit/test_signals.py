@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from coevolve.core import content_hash
-from coevolve.evolution.signals import SIGNALS_SCHEMA, extract_signals
+from coevolve.stages.signals.rules import SIGNALS_SCHEMA, extract_signals
 
 STEP_COLUMNS = {"trajectory_id": pl.String, "tool": pl.String, "step": pl.Int32, "call_index": pl.Int32}
 
@@ -326,7 +326,7 @@ def _rare_rows(ctx, round_: int) -> dict[str, tuple[int, int, int, list[str]]]:
 
 def test_stage_counts_each_marked_round_over_its_own_window_when_f_exceeds_w(tmp_path):
     from coevolve.pipeline.runner import run_stage
-    from coevolve.stages.signals import SIGNALS
+    from coevolve.stages.signals.stage import SIGNALS
 
     # F = 3, W = 2, evolution at r = 5: marked rounds 3, 4, 5 count rounds 2-3, 3-4, 4-5
     ctx = _stage_context(tmp_path, every=3, window=2)
@@ -349,7 +349,7 @@ def test_stage_counts_each_marked_round_over_its_own_window_when_f_exceeds_w(tmp
 
 def test_stage_n_of_the_earliest_marked_round_is_its_whole_window_when_f_equals_w(tmp_path):
     from coevolve.pipeline.runner import run_stage
-    from coevolve.stages.signals import SIGNALS
+    from coevolve.stages.signals.stage import SIGNALS
 
     # the paper's F = W = 10, evolution at r = 19: round 10 counts rounds 1-10, 30 calls each, plus one rare
     ctx = _stage_context(tmp_path, every=10, window=10)

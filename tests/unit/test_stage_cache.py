@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from coevolve.config import load_config
 from coevolve.pipeline.runner import run_stage
-from coevolve.stages import EVOLUTION, STAGES
-from coevolve.stages.bootstrap import BOOTSTRAP
-from coevolve.stages.grpo_update import GRPO_UPDATE
-from coevolve.stages.rollout import ROLLOUT
+from coevolve.stages.bootstrap.stage import BOOTSTRAP
+from coevolve.stages.grpo_update.stage import GRPO_UPDATE
+from coevolve.stages.plan import EVOLUTION, STAGES
+from coevolve.stages.rollout.stage import ROLLOUT
 from tests.conftest import CONFIGS, fake_context
 
 TEACHER_STAGES = ("signals", "explore", "triples", "abstract", "verify")

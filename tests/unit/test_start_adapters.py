@@ -10,10 +10,10 @@ import torch
 from safetensors.torch import load_file
 
 from coevolve.config import load_config
-from coevolve.evolution.start_adapters import ADAPTER, RECORD, ship, shipped_adapter
-from coevolve.evolution.warm_start import build_warm_starts, start_paths, warm_start_key, with_warm_starts
 from coevolve.llm.models import load_model
 from coevolve.rl.warm_start import WarmStart
+from coevolve.stages.warm_start.adapters import ADAPTER, RECORD, ship, shipped_adapter
+from coevolve.stages.warm_start.build import build_warm_starts, start_paths, warm_start_key, with_warm_starts
 from tests.conftest import CONFIGS
 
 LORA_STARTS = ["warm_start.policy_tasks=2", "warm_start.teacher_tasks=2", "warm_start.epochs=1",

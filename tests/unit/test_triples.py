@@ -6,8 +6,8 @@ import json
 from dataclasses import replace
 
 from coevolve.core import ToolCall
-from coevolve.evolution.abstraction import build_groups, single_call_groups
-from coevolve.evolution.triples import build_triples, group_id
+from coevolve.stages.abstract.abstraction import build_groups, single_call_groups
+from coevolve.stages.triples.grouping import build_triples, group_id
 from tests.unit.evolution_world import family, make_env
 
 

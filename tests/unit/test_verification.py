@@ -11,9 +11,9 @@ import pytest
 
 from coevolve.envs.base import Task
 from coevolve.envs.replay import replay_reference
-from coevolve.evolution.candidates import candidate_task
-from coevolve.evolution.verification import VerifySettings, verify_candidates
 from coevolve.llm.chat import ChatFormat
+from coevolve.stages.verify.candidates import candidate_task
+from coevolve.stages.verify.verification import VerifySettings, verify_candidates
 from tests.fakes.teacher import OracleEngine
 from tests.unit.evolution_world import candidate, family, make_env
 

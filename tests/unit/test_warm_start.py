@@ -10,12 +10,12 @@ import torch
 from coevolve import envs
 from coevolve.agents.reference import reference_sample, reference_samples
 from coevolve.config import load_config
-from coevolve.evolution.warm_start import RECORD, warm_start_checkpoint, warm_start_tasks
 from coevolve.llm.chat import ChatFormat
 from coevolve.llm.models import load_model
 from coevolve.llm.toolcalls import render_tool_call
 from coevolve.rl.update import micro_batch_logprobs
 from coevolve.rl.warm_start import WarmStart, warm_start
+from coevolve.stages.warm_start.build import RECORD, warm_start_checkpoint, warm_start_tasks
 from tests.conftest import CONFIGS
 
 
@@ -89,7 +89,7 @@ def test_warm_start_checkpoint_is_built_once_and_loadable(tmp_path):
 
 @pytest.mark.slow
 def test_teacher_checkpoint_starts_from_a_checkpoint_and_is_built_once(tmp_path):
-    from coevolve.evolution.warm_start import teacher_checkpoint
+    from coevolve.stages.warm_start.build import teacher_checkpoint
 
     config = load_config(CONFIGS / "test-tiny.yaml")
     settings = WarmStart(tasks=4, epochs=1, batch_size=4, seed=1)
@@ -105,7 +105,7 @@ def test_teacher_checkpoint_starts_from_a_checkpoint_and_is_built_once(tmp_path)
 
 
 def test_teacher_key_follows_a_built_start_across_storage_roots_and_a_plain_path_as_given(tmp_path):
-    from coevolve.evolution.warm_start import teacher_key
+    from coevolve.stages.warm_start.build import teacher_key
 
     config = load_config(CONFIGS / "test-tiny.yaml")
     settings = WarmStart(tasks=4, seed=1)
@@ -128,10 +128,10 @@ def test_warm_start_settings_are_validated():
 
 @pytest.mark.parametrize("distractors", [0, 2, 3])
 def test_abstraction_example_is_a_reply_the_real_parser_accepts(tiny, distractors):
-    from coevolve.evolution.abstraction import parse_task
-    from coevolve.evolution.prompts import ABSTRACT_PREFIX
-    from coevolve.evolution.teacher_examples import abstraction_sample
     from coevolve.llm.replies import extract_json
+    from coevolve.prompts import ABSTRACT_PREFIX
+    from coevolve.stages.abstract.abstraction import parse_task
+    from coevolve.stages.warm_start.teacher_examples import abstraction_sample
 
     _, tokenizer, chat = tiny
     env = envs.make("toolworld", seed=3)
@@ -153,9 +153,9 @@ def test_abstraction_example_is_a_reply_the_real_parser_accepts(tiny, distractor
 
 @pytest.mark.parametrize("calls", [1, 2])
 def test_reflection_example_is_a_reply_the_real_parser_accepts(tiny, calls):
-    from coevolve.evolution.exploration import parse_context
-    from coevolve.evolution.prompts import REFLECT_PREFIX
-    from coevolve.evolution.teacher_examples import reflection_sample
+    from coevolve.prompts import REFLECT_PREFIX
+    from coevolve.stages.explore.exploration import parse_context
+    from coevolve.stages.warm_start.teacher_examples import reflection_sample
 
     _, tokenizer, chat = tiny
     env = envs.make("toolworld", seed=3)
@@ -176,7 +176,7 @@ def test_reflection_example_is_a_reply_the_real_parser_accepts(tiny, calls):
 
 
 def test_other_values_are_the_listings_alternatives_to_a_value():
-    from coevolve.evolution.teacher_examples import other_values
+    from coevolve.stages.warm_start.teacher_examples import other_values
 
     assert other_values(["/a.txt", "/b.txt", "/c.txt"], "/b.txt") == ["/a.txt", "/c.txt"]
     accounts = [{"account_id": "BIZ-4", "balance": 1.0}, {"account_id": "TRV-9", "balance": 2.0}, {"label": "x"}]
@@ -188,8 +188,8 @@ def test_other_values_are_the_listings_alternatives_to_a_value():
 def test_exploration_example_goes_past_the_request_with_a_value_a_listing_showed(tiny):
     import random
 
-    from coevolve.evolution.exploration import exploration_task
-    from coevolve.evolution.teacher_examples import exploration_sample
+    from coevolve.stages.explore.exploration import exploration_task
+    from coevolve.stages.warm_start.teacher_examples import exploration_sample
 
     _, tokenizer, chat = tiny
     env = envs.make("toolworld", seed=3)

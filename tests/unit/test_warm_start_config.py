@@ -8,9 +8,9 @@ import json
 import pytest
 
 from coevolve.config import ConfigError, load_config
-from coevolve.evolution.warm_start import RECORD, with_warm_starts
 from coevolve.llm.models import resolve_model
 from coevolve.pipeline.context import RunContext
+from coevolve.stages.warm_start.build import RECORD, with_warm_starts
 from tests.conftest import CONFIGS
 
 TINY_STARTS = ["warm_start.policy_tasks=2", "warm_start.teacher_tasks=2", "warm_start.epochs=1"]
@@ -64,8 +64,8 @@ def test_a_run_builds_its_starts_once_and_saves_the_config_as_written(tmp_path, 
 def test_the_warm_start_step_records_which_starts_a_run_uses(tmp_path, monkeypatch):
     from coevolve.file_hashes import file_sha256
     from coevolve.pipeline.runner import run_stage
-    from coevolve.stages import round_plan
-    from coevolve.stages.warm_start import WARM_START
+    from coevolve.stages.plan import round_plan
+    from coevolve.stages.warm_start.stage import WARM_START
 
     monkeypatch.setenv("COEVOLVE_CACHE", str(tmp_path / "cache"))
     spec = load_config(CONFIGS / "test-tiny.yaml", TINY_STARTS)

@@ -1,0 +1,307 @@
+"""Signal-guided re-exploration (step 3 of the loop): reflection, exploration contexts, episodes.
+
+For each target (a task's initial state, with the signal-marked trajectory that pointed at it) the teacher
+reads the trajectory (task text, actions, observations) with the `reflect` prompt and answers with an
+exploration context, JSON {tools, apps, diagnosis, plan}. An unparsable or invalid reply is an
+`explorations` row with its status and reason and no episodes. Then the teacher acts in the environment
+under each context: R independent episodes (multi-round) of at most S replies (multi-step), each from the
+task's initial state, in the ordinary agent loop. The context reaches the teacher as the episode's system
+instructions (`explore` prompt). After the task's own turns come follow-up user turns asking it to explore
+beyond the request (`explore_follow_up` prompt, `exploration_task`): a small teacher otherwise carries the
+request out and stops, and its calls abstract to the explored task again.
+
+Unguided exploration (the paper's "random exploration" ablation, and the bootstrap of D_0) gives the
+teacher a world under a generic request and a few random tools instead (`unguided_target`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from coevolve.agents.episodes import Episode, EpisodeLimits, run_episodes
+from coevolve.agents.ledger import step_rows, trajectory_rows
+from coevolve.agents.teacher import Teacher
+from coevolve.core import content_hash
+from coevolve.envs.base import Environment, EnvironmentWrapper, Observation, Task
+from coevolve.llm.chat import describe_tool
+from coevolve.llm.replies import JsonReplyError, extract_json, short_text
+from coevolve.prompts import REFLECT_PREFIX, render_prompt
+
+MAX_FIELD_CHARS = 1000
+
+
+MAX_TRAJECTORY_LINES = 40
+
+
+GENERIC_PLAN = (
+    "Call each of these tools at least once with argument values you can see, observe what "
+    "they return and how they change the state, then combine them."
+)
+
+
+GENERIC_REQUEST = "Explore the tools you have: find out what they return and what they change."
+
+
+TOOLS_PER_CONTEXT = 3
+
+
+@dataclass(frozen=True)
+class Target:
+    """One thing to explore: a task's initial state, with the signal that pointed at it (if any)."""
+
+    exploration_id: str
+    task: Task
+    kind: str
+    signal_id: str | None = None
+    trajectory_id: str | None = None
+    steps: list[dict] = field(default_factory=list)
+    """The marked trajectory's steps (for the reflection prompt)."""
+    outcome: str = ""
+    evidence: str = ""
+    context: dict | None = None
+    """A preset context (unguided bootstrap exploration); None = ask the teacher to reflect."""
+
+
+@dataclass
+class Exploration:
+    target: Target
+    reflection: str | None = None
+    context: dict | None = None
+    status: str = "ok"
+    reason: str | None = None
+    episodes: list[Episode] = field(default_factory=list)
+
+
+def select_signals(signals: list[dict], kinds: tuple[str, ...], limit: int) -> list[dict]:
+    """At most `limit` signals, one per task: kinds in `kinds` order, then newest round, then task id and
+    the trajectory's sample index (`sample`, when the rows carry it), then id. Ids hash the run's name, so
+    ranking by them alone would let two runs of one seed (two arms of an experiment) explore different
+    trajectories."""
+    order = {kind: i for i, kind in enumerate(kinds)}
+    ranked = sorted(
+        (s for s in signals if s["kind"] in order),
+        key=lambda s: (order[s["kind"]], -s["trajectory_round"], s["task_id"], s.get("sample", 0), s["signal_id"]),
+    )
+    chosen, tasks = [], set()
+    for signal in ranked:
+        if signal["task_id"] not in tasks and len(chosen) < limit:
+            tasks.add(signal["task_id"])
+            chosen.append(signal)
+    return chosen
+
+
+def exploration_id(run: str, round_: int, key: str) -> str:
+    return content_hash([run, round_, "explore", key])
+
+
+def trajectory_text(steps: list[dict]) -> str:
+    """Numbered actions with the environment's answers, as the reflection prompt shows them."""
+    lines = []
+    for i, step in enumerate(
+        sorted(steps, key=lambda s: (s["step"], s["call_index"]))[:MAX_TRAJECTORY_LINES]
+    ):
+        if step["kind"] == "call":
+            action = f"{step['tool']}({step['arguments']})"
+            lines.append(
+                f"{i + 1}. {action} -> {'' if step['ok'] else 'ERROR '}{short_text(step['observation'], 300)}"
+            )
+        elif step["kind"] == "parse_error":
+            lines.append(f"{i + 1}. malformed tool call -> {short_text(step['observation'], 200)}")
+        else:
+            lines.append(f"{i + 1}. final answer: {short_text(step['reply'], 300)}")
+    return "\n".join(lines) or "(the agent did nothing)"
+
+
+def tools_text(tools: list[dict]) -> str:
+    return "\n".join(describe_tool(tool) for tool in tools) or "(none)"
+
+
+def reflection_messages(target: Target, tools: list[dict]) -> list[dict]:
+    task_text = "\n".join(f"Turn {i + 1}: {turn}" for i, turn in enumerate(target.task.turns))
+    prompt = render_prompt(
+        "reflect",
+        signal=f"{target.kind} {target.evidence}".strip(),
+        task=task_text,
+        tools=tools_text(tools),
+        trajectory=trajectory_text(target.steps),
+        outcome=target.outcome or "unknown",
+    )
+    return [{"role": "user", "content": prompt}]
+
+
+def parse_context(reply: str, tool_names: set[str]) -> tuple[dict | None, str, str | None]:
+    """(context, status, reason) from a reflection reply; status ok | unparsable | invalid."""
+    try:
+        obj = extract_json(reply, dict)
+    except JsonReplyError as exc:
+        return None, "unparsable", str(exc)
+    plan, diagnosis = obj.get("plan"), obj.get("diagnosis", "")
+    if not isinstance(plan, str) or not plan.strip():
+        return None, "invalid", "the context has no 'plan' text"
+    tools = obj.get("tools") if isinstance(obj.get("tools"), list) else []
+    apps = obj.get("apps") if isinstance(obj.get("apps"), list) else []
+    context = {
+        "tools": [t for t in tools if isinstance(t, str) and t in tool_names],
+        "unknown_tools": [short_text(t, 64) for t in tools if not (isinstance(t, str) and t in tool_names)][
+            :10
+        ],
+        "apps": [short_text(a, 64) for a in apps if isinstance(a, str)][:10],
+        "diagnosis": short_text(diagnosis if isinstance(diagnosis, str) else "", MAX_FIELD_CHARS),
+        "plan": short_text(plan, MAX_FIELD_CHARS),
+    }
+    return context, "ok", None
+
+
+def generic_context(tools: list[str]) -> dict:
+    """The context of unguided exploration: some tools and a generic plan."""
+    return {
+        "tools": tools,
+        "unknown_tools": [],
+        "apps": [],
+        "diagnosis": "none (unguided exploration)",
+        "plan": GENERIC_PLAN,
+    }
+
+
+def exploration_task(task: Task, follow_ups: int) -> Task:
+    """The task an exploration episode runs: `task` (same id, state and checker) with `follow_ups` more user
+    turns, each asking to explore beyond the request. Replays of the episode (`stages.triples.grouping`) run it too,
+    so that the environment keeps the episode open for the same turns."""
+    follow_up = render_prompt("explore_follow_up").strip()
+    return task.model_copy(update={"turns": [*task.turns, *[follow_up] * follow_ups]})
+
+
+class ContextEnv(EnvironmentWrapper):
+    """An environment whose `reset` opens the conversation with per-task system instructions; everything
+    else is the inner environment's."""
+
+    def __init__(self, inner: Environment, instructions: dict[str, str]) -> None:
+        super().__init__(inner)
+        self.instructions = instructions
+
+    def reset(self, task: Task, *, seed: int = 0) -> Observation:
+        obs = self.inner.reset(task, seed=seed)
+        text = self.instructions.get(task.id)
+        messages = [{"role": "system", "content": text}, *obs.messages] if text else obs.messages
+        return Observation(messages=messages, tools=obs.tools)
+
+
+def explore_instructions(context: dict) -> str:
+    return render_prompt(
+        "explore",
+        tools=", ".join(context["tools"]) or "any",
+        diagnosis=context["diagnosis"] or "unknown",
+        plan=context["plan"],
+    )
+
+
+def offered_tools(make_env: Callable[[], Environment], task: Task) -> list[dict]:
+    env = make_env()
+    try:
+        return env.reset(task).tools
+    finally:
+        env.close()
+
+
+def explore(
+    teacher: Teacher,
+    make_env: Callable[[], Environment],
+    targets: list[Target],
+    *,
+    rounds: int,
+    steps: int,
+    seed: int,
+    follow_ups: int = 0,
+    progress: Callable[[int], None] | None = None,
+) -> list[Exploration]:
+    """Reflect on each target (unless its context is preset), then run `rounds` episodes per context, each
+    with `follow_ups` turns after the task's own (`exploration_task`). `progress(n)` counts episodes
+    (`rounds` per target: a target without a context counts as done at once)."""
+    explorations = [Exploration(t, context=t.context) for t in targets]
+    asking, tools = [], {}
+    for x in explorations:
+        if x.context is not None:
+            continue
+        try:
+            tools[x.target.exploration_id] = offered_tools(make_env, x.target.task)
+            asking.append(x)
+        except Exception as exc:  # a task the environment cannot reset is a row, not a crash
+            x.status, x.reason = "error", f"reset failed: {short_text(str(exc), 300)}"
+    conversations = [reflection_messages(x.target, tools[x.target.exploration_id]) for x in asking]
+    sampling = teacher.settings.text_sampling(seed)
+    replies = (
+        teacher.complete(conversations, sampling, reply_prefix=REFLECT_PREFIX)
+        if conversations
+        else []
+    )
+    for x, reply in zip(asking, replies, strict=True):
+        names = {t["function"]["name"] for t in tools[x.target.exploration_id]}
+        x.reflection = reply
+        x.context, x.status, x.reason = parse_context(reply, names)
+    ready = [x for x in explorations if x.status == "ok"]
+    if progress and len(ready) < len(explorations):
+        progress(rounds * (len(explorations) - len(ready)))
+    instructions = {x.target.task.id: explore_instructions(x.context) for x in ready}
+    jobs = [(exploration_task(x.target.task, follow_ups), k) for x in ready for k in range(rounds)]
+    episodes = run_episodes(
+        teacher.engine,
+        teacher.chat,
+        lambda: ContextEnv(make_env(), instructions),
+        jobs,
+        teacher.settings.step_sampling(seed),
+        EpisodeLimits(steps, teacher.settings.max_context_tokens),
+        seed=seed,
+        progress=progress,
+    )
+    for i, x in enumerate(ready):
+        x.episodes = episodes[i * rounds : (i + 1) * rounds]
+    return explorations
+
+
+def exploration_artifacts(explorations: list[Exploration], *, run: str, round_: int, teacher: str) -> dict:
+    """`explorations`, `trajectories` (source explore) and `steps` rows."""
+    rows, trajectories, steps = [], [], []
+    for x in explorations:
+        traj = trajectory_rows(x.episodes, run=run, round_=round_, source="explore", policy=teacher)
+        trajectories += traj
+        steps += step_rows(x.episodes, traj)
+        t = x.target
+        rows.append(
+            {
+                "exploration_id": t.exploration_id,
+                "signal_id": t.signal_id,
+                "kind": t.kind,
+                "task_id": t.task.id,
+                "trajectory_id": t.trajectory_id,
+                "teacher": teacher,
+                "reflection": x.reflection,
+                "context": None if x.context is None else json.dumps(x.context),
+                "status": x.status,
+                "reason": x.reason,
+                "trajectory_ids": json.dumps([r["trajectory_id"] for r in traj]),
+                "task": json.dumps(t.task.to_row()),
+            }
+        )
+    return {"explorations": rows, "trajectories": trajectories, "steps": steps}
+
+
+def unguided_target(
+    make_env: Callable[[], Environment], world: Task, rng: random.Random, *, exploration_id: str, kind: str,
+    task_id: str,
+) -> Target:
+    """Explore `world`'s initial state under a generic request and a few random tools (no signal); the
+    explored task is `world` with that request, named `task_id`."""
+    task = world.model_copy(
+        update={"id": task_id, "split": "explore", "family": "unguided", "turns": [GENERIC_REQUEST], "lineage": {}}
+    )
+    names = [t["function"]["name"] for t in offered_tools(make_env, task)]
+    tools = rng.sample(names, min(TOOLS_PER_CONTEXT, len(names)))
+    return Target(exploration_id, task, kind, context=generic_context(tools))
+
+
+def explored_tasks(explorations: list[dict]) -> dict[str, Task]:
+    """The task each exploration explored (as its episodes ran it, before follow-up turns), by exploration id."""
+    return {x["exploration_id"]: Task.from_row(json.loads(x["task"])) for x in explorations}

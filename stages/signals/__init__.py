@@ -1,0 +1,7 @@
+"""The `signals` stage: forgetting, boundary and rare signals over the rollout ledger (step 2 of the loop).
+
+- stage.py: the stage (which rounds' trajectories, the offered tools)
+- rules.py: the three signal rules, pure functions over polars frames (`extract_signals`)
+
+Tests: tests/unit/test_signals.py.
+"""

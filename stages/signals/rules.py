@@ -1,0 +1,254 @@
+"""Weakness signals: mark the trajectories of round r that the re-exploration stage should look at.
+
+Step 2 of the CoEvolve loop (docs/coevolve-paper.md, "The loop"). Three rules over the ledger, each
+switchable on its own for the paper's ablations:
+
+- *forgetting*: the task's score in a round is the mean reward of its samples there. It fires at
+  round r when some score among the task's last W attempted rounds before r is >= 0.5 and the score at
+  r is < 0.5; it marks the task's failed (reward < 0.5) trajectories of round r.
+- *boundary*: the task's round-r samples hold both a success (reward > 0.5) and a failure
+  (reward < 0.5); a reward of exactly 0.5 is neither. Marks all of the task's round-r trajectories.
+- *rare*: over the actions of rounds r-W+1..r, a pattern p (a tool name, or with
+  `rare_pattern="bigram"` a pair "a>b" of consecutive calls in one trajectory) with
+  0 < c_p / N < theta / 100, N the number of actions (bigrams) in that window. Marks the round-r
+  trajectories that use p.
+
+Output: one row per (kind, marked trajectory), with a JSON `evidence` payload and a deterministic
+`signal_id`. Rows of rounds > r are ignored, so re-running on a longer ledger gives the same signals.
+The trajectories passed in should be one source (the GRPO rollouts); mixing eval rollouts into the same
+(task, round) would change the scores.
+
+    from coevolve.stages.signals.rules import extract_signals
+    signals = extract_signals(trajectories, steps, round=12)
+
+Everything is vectorised Polars; DuckDB computes the sha256 behind `signal_id`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import duckdb
+import polars as pl
+
+KINDS = ("forgetting", "boundary", "rare")
+RARE_PATTERNS = ("tool", "bigram")
+SUCCESS = 0.5
+"""Reward threshold of the paper: success means s >= 0.5 (forgetting); boundary uses strict > and <."""
+
+SIGNALS_SCHEMA = pl.Schema({
+    "signal_id": pl.String,  # sha256(JSON {kind, round, task_id, trajectory_id})[:16]
+    "kind": pl.String,  # forgetting | boundary | rare
+    "task_id": pl.String,
+    "trajectory_id": pl.String,
+    "round": pl.Int32,
+    "evidence": pl.String,  # JSON, see the rule functions below
+})
+
+_TRAJECTORY_COLUMNS = ("task_id", "round", "sample", "reward", "trajectory_id")
+_STEP_COLUMNS = {"tool": ("trajectory_id", "tool"), "bigram": ("trajectory_id", "tool", "step", "call_index")}
+_MARKED = ("kind", "task_id", "trajectory_id", "round", "evidence")
+
+
+# --- the rules, as expressions ------------------------------------------------------------------
+
+def is_forgotten(best_score: pl.Expr, score: pl.Expr) -> pl.Expr:
+    """Some earlier score in the window reached success and the current one does not."""
+    return (best_score >= SUCCESS) & (score < SUCCESS)
+
+
+def is_boundary(successes: pl.Expr, failures: pl.Expr) -> pl.Expr:
+    """Both outcomes among the K samples of one step (strict on both sides of 0.5)."""
+    return (successes > 0) & (failures > 0)
+
+
+def is_rare(count: pl.Expr, total: pl.Expr, theta: float) -> pl.Expr:
+    """0 < c / N < theta / 100, compared as 100 c < theta N so that no division rounds."""
+    return (count > 0) & (count.cast(pl.Float64) * 100.0 < total.cast(pl.Float64) * theta)
+
+
+# --- the three kinds ----------------------------------------------------------------------------
+
+def _marked(frame: pl.LazyFrame, kind: str, round_: int, evidence: pl.Expr) -> pl.LazyFrame:
+    return frame.select(
+        kind=pl.lit(kind), task_id="task_id", trajectory_id="trajectory_id",
+        round=pl.lit(round_, dtype=pl.Int32), evidence=evidence.struct.json_encode(),
+    )
+
+
+def forgetting_signals(trajectories: pl.LazyFrame, *, round_: int, window: int) -> pl.LazyFrame:
+    """Failed round-r trajectories of tasks whose best score over their last `window` attempts was >= 0.5.
+
+    Evidence: {score, best_score, best_round (the most recent round reaching best_score), attempts}.
+    """
+    scores = trajectories.group_by("task_id", "round").agg(score=pl.col("reward").mean())
+    now = scores.filter(pl.col("round") == round_, pl.col("score") < SUCCESS).select("task_id", "score")
+    history = (
+        scores.filter(pl.col("round") < round_)
+        .join(now.select("task_id"), on="task_id", how="semi")
+        # the W most recent *attempted* rounds: rounds are unique per task after the group_by
+        .filter(pl.col("round").rank("ordinal", descending=True).over("task_id") <= window)
+    )
+    best = history.group_by("task_id").agg(
+        best_score=pl.col("score").max(),
+        best_round=pl.col("round").filter(pl.col("score") == pl.col("score").max()).max(),
+        attempts=pl.len(),
+    )
+    fired = now.join(best, on="task_id").filter(is_forgotten(pl.col("best_score"), pl.col("score")))
+    failed = trajectories.filter(pl.col("round") == round_, pl.col("reward") < SUCCESS)
+    evidence = pl.struct("score", "best_score", "best_round", "attempts")
+    return _marked(failed.join(fired, on="task_id"), "forgetting", round_, evidence)
+
+
+def boundary_signals(trajectories: pl.LazyFrame, *, round_: int) -> pl.LazyFrame:
+    """All round-r trajectories of tasks whose round-r rewards hold both > 0.5 and < 0.5.
+
+    Evidence: {successes, failures, samples, mean}.
+    """
+    current = trajectories.filter(pl.col("round") == round_)
+    groups = current.group_by("task_id").agg(
+        successes=(pl.col("reward") > SUCCESS).sum(), failures=(pl.col("reward") < SUCCESS).sum(),
+        samples=pl.len(), mean=pl.col("reward").mean(),
+    ).filter(is_boundary(pl.col("successes"), pl.col("failures")))
+    evidence = pl.struct("successes", "failures", "samples", "mean")
+    return _marked(current.join(groups, on="task_id"), "boundary", round_, evidence)
+
+
+def action_patterns(calls: pl.LazyFrame, pattern: str) -> pl.LazyFrame:
+    """One row per action (`tool`) or per pair of consecutive calls in a trajectory (`bigram`, "a>b").
+
+    `calls` holds call steps only (tool not null), so a bigram skips over parse errors and answers.
+    """
+    if pattern == "tool":
+        return calls.select("trajectory_id", "round", pattern=pl.col("tool"))
+    ordered = calls.sort("trajectory_id", "step", "call_index")
+    same = pl.col("trajectory_id").shift(1) == pl.col("trajectory_id")
+    bigram = pl.concat_str(pl.col("tool").shift(1), pl.lit(">"), pl.col("tool"))
+    return ordered.select("trajectory_id", "round", pattern=pl.when(same).then(bigram)).drop_nulls("pattern")
+
+
+def rare_signals(
+    trajectories: pl.LazyFrame, steps: pl.LazyFrame, *, round_: int, window: int, theta: float, pattern: str,
+    offered: pl.LazyFrame | None = None,
+) -> pl.LazyFrame:
+    """Round-r trajectories using a pattern with 0 < c_p / N < theta / 100 over rounds r-W+1..r.
+
+    `offered` (task_id, tool), the tools each task offers: also mark the round-r trajectories of tasks
+    offering a tool that no action of the window called (count 0; `signals.rare_unused`, not the paper's).
+    Evidence: {pattern_kind, total (N), first_round, patterns: [{pattern, count, frequency}] sorted by
+    count then pattern} - one row per trajectory however many rare patterns it uses.
+    `steps` carry no round (the join with `trajectories` places them), so they must hold the calls of
+    rounds r-W+1..r: a window loaded short is silently a smaller N, not an error.
+    """
+    first = round_ - window + 1
+    in_window = trajectories.filter(pl.col("round") >= first).select("trajectory_id", "round")
+    calls = steps.filter(pl.col("tool").is_not_null()).join(in_window, on="trajectory_id")
+    actions = action_patterns(calls, pattern)
+    counts = (actions.group_by("pattern").agg(count=pl.len().cast(pl.Int64))
+              .with_columns(total=pl.col("count").sum()))  # fmt: skip
+    rare = counts.filter(is_rare(pl.col("count"), pl.col("total"), theta)).with_columns(
+        frequency=pl.col("count") / pl.col("total"))
+    used = actions.filter(pl.col("round") == round_).select("trajectory_id", "pattern").unique()
+    if offered is not None:
+        unused, offers = unused_offered(trajectories.filter(pl.col("round") == round_), counts, offered)
+        rare, used = pl.concat([rare, unused]), pl.concat([used, offers])
+    per_trajectory = used.join(rare, on="pattern").group_by("trajectory_id").agg(
+        total=pl.col("total").first(),
+        patterns=pl.struct("pattern", "count", "frequency").sort_by("count", "pattern"),
+    )
+    marked = trajectories.filter(pl.col("round") == round_).join(per_trajectory, on="trajectory_id")
+    evidence = pl.struct(
+        pattern_kind=pl.lit(pattern), total="total", first_round=pl.lit(first), patterns="patterns")
+    return _marked(marked, "rare", round_, evidence)
+
+
+def unused_offered(
+    current: pl.LazyFrame, counts: pl.LazyFrame, offered: pl.LazyFrame
+) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """(the tools `current`'s tasks offer that no counted action called, as rare patterns of count 0;
+    the (trajectory_id, pattern) rows of the trajectories offered them)."""
+    offers = (current.select("trajectory_id", "task_id").join(offered, on="task_id")
+              .select("trajectory_id", pattern=pl.col("tool")).unique())  # fmt: skip
+    total = counts.select(total=pl.col("count").sum().fill_null(0).cast(pl.Int64))
+    unused = (offers.select("pattern").unique().join(counts.select("pattern"), on="pattern", how="anti")
+              .join(total, how="cross")
+              .select("pattern", count=pl.lit(0, pl.Int64), total="total", frequency=pl.lit(0.0)))  # fmt: skip
+    return unused, offers.join(unused.select("pattern"), on="pattern")
+
+
+# --- the stage ----------------------------------------------------------------------------------
+
+def _check_arguments(kinds: Iterable[str], window: int, rare_theta: float, rare_pattern: str) -> tuple[str, ...]:
+    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        raise ValueError(f"kinds: unknown signal kind(s) {unknown}; expected a subset of {list(KINDS)}")
+    if window < 1:
+        raise ValueError(f"window: must be >= 1, got {window}")
+    if not 0 <= rare_theta <= 100:
+        raise ValueError(f"rare_theta: a percentage in [0, 100], got {rare_theta}")
+    if rare_pattern not in RARE_PATTERNS:
+        raise ValueError(f"rare_pattern: expected one of {list(RARE_PATTERNS)}, got {rare_pattern!r}")
+    return kinds
+
+
+def _require(frame: pl.DataFrame, name: str, columns: Iterable[str]) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{name}: missing column(s) {missing}")
+
+
+def with_signal_ids(marked: pl.DataFrame) -> pl.DataFrame:
+    """Add `signal_id` = sha256 of the JSON object {kind, round, task_id, trajectory_id}, first 16 hex.
+
+    For ASCII ids this equals `envs.base.content_hash({...})` (sorted keys, compact separators).
+    """
+    keyed = marked.with_columns(key=pl.struct("kind", "round", "task_id", "trajectory_id").struct.json_encode())
+    with duckdb.connect() as con:
+        con.register("marked", keyed.to_arrow())
+        out = con.sql("SELECT left(sha256(key), 16) AS signal_id, * EXCLUDE (key) FROM marked").pl()
+    return out.select(SIGNALS_SCHEMA.names()).cast(dict(SIGNALS_SCHEMA))
+
+
+def extract_signals(
+    trajectories: pl.DataFrame,
+    steps: pl.DataFrame,
+    *,
+    round: int,  # shadows the builtin: the name the stage contract uses
+    window: int = 10,
+    rare_theta: float = 5.0,
+    kinds: Iterable[str] = KINDS,
+    rare_pattern: str = "tool",
+    offered: pl.DataFrame | None = None,
+) -> pl.DataFrame:
+    """Signals of round `round` from the ledger up to that round, with schema `SIGNALS_SCHEMA`.
+
+    `window` is W for both forgetting (attempted rounds) and rare (calendar rounds); `rare_theta` is a
+    percentage; `offered` (task_id, tool): tools offered but never called are rare too (`rare_signals`;
+    tool patterns only). Rows are sorted by kind, task_id, trajectory_id.
+    """
+    kinds = _check_arguments(kinds, window, rare_theta, rare_pattern)
+    if trajectories.height == 0 or not kinds:
+        return SIGNALS_SCHEMA.to_frame()
+    _require(trajectories, "trajectories", _TRAJECTORY_COLUMNS)
+    traj = (
+        trajectories.lazy().select(_TRAJECTORY_COLUMNS)
+        .with_columns(pl.col("round").cast(pl.Int32), pl.col("reward").cast(pl.Float64))
+        .filter(pl.col("round") <= round)
+    )
+    parts = []
+    if "forgetting" in kinds:
+        parts.append(forgetting_signals(traj, round_=round, window=window))
+    if "boundary" in kinds:
+        parts.append(boundary_signals(traj, round_=round))
+    if offered is not None and rare_pattern != "tool":
+        raise ValueError("offered tools (signals.rare_unused) count tool patterns, not rare_pattern bigram")
+    if "rare" in kinds and (steps.height > 0 or offered is not None):
+        _require(steps, "steps", _STEP_COLUMNS[rare_pattern])
+        calls = steps.lazy().select(_STEP_COLUMNS[rare_pattern])
+        parts.append(rare_signals(traj, calls, round_=round, window=window, theta=rare_theta,
+                                  pattern=rare_pattern, offered=None if offered is None else offered.lazy()))
+    frames = [frame for frame in pl.collect_all(parts) if frame.height > 0]
+    if not frames:
+        return SIGNALS_SCHEMA.to_frame()
+    return with_signal_ids(pl.concat(frames).sort("kind", "task_id", "trajectory_id"))
