@@ -31,12 +31,29 @@ def per_task_evals(root: Path, names: Sequence[str]) -> pl.DataFrame:
 
 OUTCOMES = "outcomes.parquet"
 OUTCOME_SCHEMA = {"run": pl.String, "arm": pl.String, "seed": pl.Int64, "updates": pl.Int64, "split": pl.String,
-                  "task_id": pl.String, "family": pl.String, "success": pl.Float64, "plan": pl.String}  # fmt: skip
+                  "task_id": pl.String, "family": pl.String, "success": pl.Float64, "plan": pl.String,
+                  "code": pl.String}  # fmt: skip
 """`<out>/outcomes.parquet`: one row per (run, updates, split, task), `success` the task's mean over its
-episodes, `plan` the `plan_fingerprint` of the invocation that measured it. Committed with the report, it
-lets a later invocation on a fresh machine add seeds (`first_seed`) and still report, and bootstrap, over
-every seed. Records written before these columns changed read as they were meant: `success` of one episode
-per task as an integer, `family` (the task's, the unit the bootstrap resamples) as null."""
+episodes, `plan` the `plan_fingerprint` of the invocation that measured it, `code` the `code_version` that
+computed it. Committed with the report, it lets a later invocation on a fresh machine add seeds
+(`first_seed`) and still report, and bootstrap, over every seed. Records written before these columns
+changed read as they were meant: `success` of one episode per task as an integer, `family` (the task's, the
+unit the bootstrap resamples) and `code` as null (a run recorded before code versions were kept counts as
+computed by this code)."""
+
+
+class MixedCodeError(ValueError):
+    """Recorded outcomes of a plan were computed by another version of a stage than this code's."""
+
+
+def code_version() -> str:
+    """The stages' versions (`StageDef.version`, bumped whenever a stage's output for the same inputs
+    changes) as one key. A refactor keeps it; a change of what any stage computes moves it, and outcomes
+    measured before and after are two experiments."""
+    from coevolve.core import content_hash
+    from coevolve.stages.plan import STAGES
+
+    return content_hash([[stage.name, stage.version] for stage in STAGES.values()])[:12]
 
 
 def plan_fingerprint(plan: Plan, root: Path) -> str:
@@ -60,23 +77,33 @@ def recorded_outcomes(path: Path) -> pl.DataFrame:
         frame = pl.read_parquet(path)
     except Exception as exc:  # polars raises several kinds for a corrupt or foreign file
         raise ValueError(f"{path}: not a readable Parquet file ({exc})") from exc
-    if "family" not in frame.columns:  # a record written before families were kept
-        frame = frame.with_columns(family=pl.lit(None, dtype=pl.String))
+    for column in ("family", "code"):  # a record written before families, or code versions, were kept
+        if column not in frame.columns:
+            frame = frame.with_columns(pl.lit(None, dtype=pl.String).alias(column))
     missing = sorted(set(OUTCOME_SCHEMA) - set(frame.columns))
     if missing:
         raise ValueError(f"{path}: not an outcomes table, missing columns {missing}")
     return frame.select(list(OUTCOME_SCHEMA)).cast(OUTCOME_SCHEMA)
 
 
-def merge_outcomes(stored: pl.DataFrame, recorded: pl.DataFrame, names: Sequence[str],
-                   fingerprint: str) -> tuple[pl.DataFrame, pl.DataFrame]:  # fmt: skip
+def merge_outcomes(stored: pl.DataFrame, recorded: pl.DataFrame, names: Sequence[str], fingerprint: str,
+                   code: str) -> tuple[pl.DataFrame, pl.DataFrame]:  # fmt: skip
     """The outcomes to report on (the stored evals of `names`, and the recorded ones of this plan for
     those of `names` with none stored) and the table to record (the reported ones and every other
-    recorded row: nothing recorded is lost, a stored run replaces its recorded rows)."""
-    stored = stored.with_columns(plan=pl.lit(fingerprint)).select(list(OUTCOME_SCHEMA)).cast(OUTCOME_SCHEMA)
+    recorded row: nothing recorded is lost, a stored run replaces its recorded rows). A recorded run of
+    this plan computed by another `code_version` is refused (`MixedCodeError`): its stages computed
+    something else than this code's would."""
+    stored = (stored.with_columns(plan=pl.lit(fingerprint), code=pl.lit(code))
+              .select(list(OUTCOME_SCHEMA)).cast(OUTCOME_SCHEMA))  # fmt: skip
     have = set(stored["run"])
     mine = (pl.col("plan") == fingerprint) & pl.col("run").is_in(list(names))
     from_record = recorded.filter(mine & ~pl.col("run").is_in(list(have)))
+    other = sorted(set(from_record.filter(pl.col("code").is_not_null() & (pl.col("code") != code))["run"]))
+    if other:
+        raise MixedCodeError(
+            f"outcomes.parquet: {', '.join(other)} were computed by stage versions other than this code's "
+            f"({code}, `StageDef.version`); rerun them with this code, or report them with the code that made them"
+        )
     kept = recorded.filter(~(mine & pl.col("run").is_in(list(have))))
     return pl.concat([stored, from_record]), pl.concat([stored, kept]).sort("run", "updates", "split", "task_id")
 
@@ -94,4 +121,4 @@ def reported_outcomes(root: Path, plan: Plan, out: Path) -> tuple[pl.DataFrame, 
     storage lacks) and the record to write back (`merge_outcomes`)."""
     planned = [plan.run_name(arm, seed) for arm, seed in plan.reported_runs()]
     return merge_outcomes(per_task_evals(root, planned), recorded_outcomes(out / OUTCOMES), planned,
-                          plan_fingerprint(plan, root))  # fmt: skip
+                          plan_fingerprint(plan, root), code_version())  # fmt: skip

@@ -11,7 +11,7 @@ from pathlib import Path
 import polars as pl
 
 from coevolve.benchmarks.learning.coverage import coverage, gap_links
-from coevolve.benchmarks.learning.outcomes import OUTCOMES, curves, reported_outcomes
+from coevolve.benchmarks.learning.outcomes import OUTCOMES, code_version, curves, reported_outcomes
 from coevolve.benchmarks.learning.plan import ARMS, Plan
 from coevolve.benchmarks.learning.protocol import EFFECT
 from coevolve.benchmarks.learning.statistics import (
@@ -216,7 +216,8 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
              "## Headline", "", markdown_table(head, percent=(*splits, "feedback")) if head.height else "-", "",
              INTERVALS, "",
              f"config `{plan.config}`, {plan.rounds} rounds, planned runs {describe_runs(planned)}, "
-             f"overrides {' '.join(plan.overrides) or '(none)'}", "", _warm_start_line(plan), "",
+             f"overrides {' '.join(plan.overrides) or '(none)'}, stage code version {code_version()}", "",
+             _warm_start_line(plan), "",
              *_provenance_lines(from_record, missing, out), REPRODUCE, "",
              "## Held-out success per arm (mean over seeds)", "",
              markdown_table(summary(curve, final), percent=("baseline", "final", "best")), ""]  # fmt: skip

@@ -50,12 +50,32 @@ def test_recorded_outcomes_fill_runs_missing_from_storage_and_nothing_recorded_i
                             + _outcomes("learning-grpo-s2", "p2", 1), schema=OUTCOME_SCHEMA)  # fmt: skip
     stored = pl.DataFrame(_outcomes("learning-grpo-s1", "p1", 0)).drop("plan")
     names = ["learning-grpo-s0", "learning-grpo-s1", "learning-grpo-s2"]
-    reported, record = merge_outcomes(stored, recorded, names, "p1")
+    reported, record = merge_outcomes(stored, recorded, names, "p1", "c1")
     # s0 from the record; s1 as stored (storage wins); s2 was measured under another plan: not reported
     assert dict(reported.group_by("run").agg(pl.col("success").sum()).iter_rows()) == {
         "learning-grpo-s0": 3, "learning-grpo-s1": 0}
     assert record.height == 9 and record.filter(pl.col("run") == "learning-grpo-s1")["success"].sum() == 0
     assert record.filter(pl.col("plan") == "p2").height == 3
+
+
+def test_recorded_runs_of_another_code_version_are_refused_not_mixed():
+    from coevolve.benchmarks.learning.outcomes import (
+        OUTCOME_SCHEMA,
+        MixedCodeError,
+        code_version,
+        merge_outcomes,
+    )
+
+    rows = _outcomes("learning-grpo-s0", "p1", 1) + _outcomes("learning-coevolve-s0", "p1", 0)
+    recorded = pl.DataFrame([{**row, "code": "old" if "coevolve" in row["run"] else None} for row in rows],
+                            schema=OUTCOME_SCHEMA)  # fmt: skip
+    stored = pl.DataFrame(schema={k: v for k, v in OUTCOME_SCHEMA.items() if k not in ("plan", "code")})
+    with pytest.raises(MixedCodeError, match="learning-coevolve-s0 were computed by stage versions other"):
+        merge_outcomes(stored, recorded, ["learning-grpo-s0", "learning-coevolve-s0"], "p1", "new")
+    # a run recorded before code versions were kept (null) counts as this code's; another plan's rows are no concern
+    reported, _ = merge_outcomes(stored, recorded, ["learning-grpo-s0"], "p1", "new")
+    assert reported.height == 3
+    assert len(code_version()) == 12 and code_version() == code_version()
 
 
 def test_an_unreadable_outcomes_file_is_named(tmp_path):
