@@ -83,15 +83,14 @@ def run(
     """Run or continue a CoEvolve run in-process (the `coevolve` Prefect flow, on PREFECT_API_URL's server
     or a temporary local one). A run whose every stage is cached prints its rounds without starting Prefect."""
     from coevolve.flows.runs import all_cached, resolve_run, rounds_to_run
-    from coevolve.pipeline.context import RunContext
 
     try:  # check config and run before paying for torch and Prefect
-        cfg, name, root_dir = resolve_run(config, run_name, overrides or [], force=force, root=root)
+        spec = resolve_run(config, run_name, overrides or [], force=force, root=root)
         if dry_run:
             from coevolve.flows.dry_run import dry_run as plan
 
-            return typer.echo(plan(cfg))
-        ctx = RunContext.create(cfg, name, root_dir)
+            return typer.echo(plan(spec.config))
+        ctx = spec.context()
         total = rounds_to_run(ctx, rounds, more)
         if not force and all_cached(ctx, total):
             return _print_finished(ctx, total)
@@ -100,8 +99,7 @@ def run(
         from coevolve.flows.prefect_api import prefect_api
 
         with prefect_api():
-            result = coevolve(None if config is None else str(config), run=name, rounds=total,
-                              overrides=overrides or [], force=force, root=str(root_dir))
+            result = coevolve(run=spec.run, rounds=total, force=force, spec=spec)
     except user_errors() as exc:
         fail(str(exc))
     _print_where(result["root"], result["run"])

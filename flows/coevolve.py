@@ -14,7 +14,9 @@ flow run, publishes Prefect artifacts (`flows.summary`) and sends its metrics to
 trackers (`flows.tracking`).
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: the flow's parameter types (`RunSpec`) must be objects, not names.
+# A served run executes the flow in a subprocess that receives the function pickled by value, with only the
+# globals its body uses; Prefect validates the parameters from the annotations there.
 
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +25,7 @@ from typing import Any
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from coevolve.flows.runs import load_saved_config, resolve_run, rounds_to_run
+from coevolve.flows.runs import RunError, RunSpec, load_saved_config, resolve_run, rounds_to_run
 from coevolve.flows.summary import publish_round, round_line, round_metrics
 from coevolve.flows.tracking import track_rounds
 from coevolve.pipeline.context import RunContext
@@ -119,7 +121,9 @@ def refresh_catalog(ctx: RunContext) -> None:
 def flow_run_label(parameters: dict[str, Any]) -> str:
     """A `coevolve` flow run's name in Prefect: the run, and how far it goes ("demo +1 round", "demo to
     round 4"), instead of a random pair of words; the config's stem when no run is named."""
-    run = parameters.get("run") or Path(parameters.get("config") or "run").stem
+    spec = parameters.get("spec")
+    named = spec.get("run") if isinstance(spec, dict) else getattr(spec, "run", None)
+    run = parameters.get("run") or named or Path(parameters.get("config") or "run").stem
     more, rounds = parameters.get("more"), parameters.get("rounds")
     if more:
         return f"{run} +{more} round{'s' if more != 1 else ''}"
@@ -141,6 +145,7 @@ def coevolve(
     more: int | None = None,
     force: bool = False,
     root: str | None = None,
+    spec: RunSpec | None = None,
 ) -> dict[str, Any]:
     """Run or continue a CoEvolve run.
 
@@ -151,9 +156,14 @@ def coevolve(
     more: run this many rounds beyond the ones the run has completed (instead of `rounds`).
     force: recompute every stage, and accept a config that changes the run's model or environment.
     root: the storage root (default: COEVOLVE_HOME, else the config's storage.root, else runs/).
+    spec: the run already resolved (`flows.runs.resolve_run`, as `coevolve run` does): then config,
+        overrides and root are left out, and nothing is read or resolved again.
     """
-    cfg, name, where = resolve_run(config, run, overrides or [], force=force, root=root)
-    return run_context(RunContext.create(cfg, name, where), rounds=rounds, more=more, force=force)
+    if spec is None:
+        spec = resolve_run(config, run, overrides or [], force=force, root=root)
+    elif config is not None or overrides or root is not None or run not in (None, spec.run):
+        raise RunError("give the flow either a resolved spec or config/run/overrides/root, not both")
+    return run_context(spec.context(), rounds=rounds, more=more, force=force)
 
 
 def run_context(ctx: RunContext, *, rounds: int | None = None, more: int | None = None,

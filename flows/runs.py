@@ -1,8 +1,12 @@
 """Opening a run: which config it uses, whether a new config may continue it, how far it got.
 
-    cfg, run, root = resolve_run("configs/test-tiny.yaml", run=None, overrides=[])   # a config file
-    cfg, run, root = resolve_run(None, run="demo", overrides=["rollout.k=4"])         # the run's own config
-    total = rounds_to_run(ctx, rounds=None, more=1)                                    # the next round
+    spec = resolve_run("configs/test-tiny.yaml", run=None, overrides=[])   # a config file
+    spec = resolve_run(None, run="demo", overrides=["rollout.k=4"])         # the run's own config
+    ctx = spec.context()                                                     # its RunContext
+    total = rounds_to_run(ctx, rounds=None, more=1)                          # the next round
+
+A run is resolved once (`RunSpec`: config, name, storage root): the CLI resolves it, checks it, and hands it
+to the flow, which then reads no file and resolves nothing again.
 
 A run's resolved config is saved as `run=<run>/config.yaml`. Continuing a run with a config that changes
 what the run *is* (the policy model or the environment) would silently recompute every stage over the old
@@ -20,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel, ConfigDict
 
 from coevolve.config import CoevolveConfig, load_config, parse_config
 from coevolve.flows.validate import check_run_config
@@ -38,6 +43,21 @@ file and take their defaults."""
 
 class RunError(ValueError):
     """A run that cannot be opened or continued as asked; the message says which command fixes it."""
+
+
+class RunSpec(BaseModel):
+    """A run resolved once: its config (a file plus overrides, or the run's saved one), its name and its
+    storage root. The `coevolve` flow takes it as its `spec` parameter, so Prefect records the config the
+    run used on the flow run."""
+
+    model_config = ConfigDict(frozen=True)
+    config: CoevolveConfig
+    run: str
+    root: Path
+
+    def context(self, **options: Any) -> RunContext:
+        """The run's `RunContext` (`options`: its test seams, e.g. `teacher_factory`)."""
+        return RunContext.create(self.config, self.run, self.root, **options)
 
 
 def _field(data: dict[str, Any], dotted: str) -> Any:
@@ -100,7 +120,7 @@ def check_compatible(layout: RunLayout, config: CoevolveConfig, *, config_source
 def resolve_run(
     config: str | Path | None, run: str | None, overrides: list[str], *, force: bool = False,
     root: str | Path | None = None,
-) -> tuple[CoevolveConfig, str, Path]:
+) -> RunSpec:
     """The config, run name and storage root of a run to start or continue (`root`: an explicit storage
     root, as `--root`; see `storage_root`).
 
@@ -117,14 +137,14 @@ def resolve_run(
             )
         cfg = load_saved_config(layout, overrides)
         check_run_config(cfg)
-        return cfg, run, layout.root
+        return RunSpec(config=cfg, run=run, root=layout.root)
     cfg = load_config(config, overrides)
     check_run_config(cfg)
     name = run or cfg.run.name
     layout = _layout(storage_root(root, configured=cfg.storage.root), name, "--run" if run else "run.name")
     if not force:
         check_compatible(layout, cfg, config_source=str(config))
-    return cfg, name, layout.root
+    return RunSpec(config=cfg, run=name, root=layout.root)
 
 
 def _layout(root: Path, run: str, field: str) -> RunLayout:

@@ -323,6 +323,19 @@ def test_a_flow_run_is_named_after_its_run_and_how_far_it_goes():
     assert flow_run_label({"run": "demo", "more": 3}) == "demo +3 rounds"
     assert flow_run_label({"config": "configs/test-tiny.yaml", "rounds": 4}) == "test-tiny to round 4"
     assert flow_run_label({"run": "demo"}) == "demo"
+    assert flow_run_label({"spec": {"run": "handed", "config": {}}, "rounds": 2}) == "handed to round 2"
+
+
+def test_the_flow_takes_a_resolved_spec_or_what_to_resolve_never_both(tmp_path):
+    from coevolve.flows.coevolve import coevolve
+    from coevolve.flows.runs import RunError, RunSpec
+
+    spec = RunSpec(config=load_config(CONFIGS / "test-tiny.yaml"), run="t", root=tmp_path)
+    for clash in ({"config": str(CONFIGS / "test-tiny.yaml")}, {"overrides": ["rollout.k=2"]},
+                  {"root": str(tmp_path)}, {"run": "other"}):
+        with pytest.raises(RunError, match="either a resolved spec"):
+            coevolve.fn(spec=spec, **clash)
+    assert not (tmp_path / "run=t").exists()
 
 
 def test_version_prints_the_installed_version():

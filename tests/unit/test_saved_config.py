@@ -73,6 +73,6 @@ def test_a_complete_saved_config_continues_and_an_older_one_without_later_sectio
     cfg = load_config(CONFIGS / "test-tiny.yaml")
     older = {k: v for k, v in cfg.model_dump(mode="json").items() if k not in ("tracking", "warm_start")}
     layout = saved_run(tmp_path, yaml.safe_dump(older, sort_keys=False))
-    assert resolve_run(None, "x", [])[0] == cfg
-    assert resolve_run(None, "x", ["rollout.k=2"])[0].rollout.k == 2
+    assert resolve_run(None, "x", []).config == cfg
+    assert resolve_run(None, "x", ["rollout.k=2"]).config.rollout.k == 2
     check_compatible(layout, cfg, config_source="test-tiny.yaml")
