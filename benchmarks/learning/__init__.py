@@ -53,13 +53,15 @@ command recomputes nothing that is complete: an interrupted benchmark continues 
 Seeds add up across machines: `outcomes.parquet` in `--out` records every run's per-task held-out
 outcomes with a fingerprint of the plan (config text, rounds, overrides, warm-start key, teacher
 settings), so `--seeds 9 --first-seed 5` on a fresh machine runs seeds 5-8 and reports, and bootstraps,
-over seeds 0-8: seeds 0-4 from the committed record, their per-run tables (signals, time) left out.
+over seeds 0-8: seeds 0-4 from the committed record, their per-run tables (signals, tokens, time, the
+teacher's output, coverage, the gap's links) from `runs/` beside it (`run_record`).
 Each row also names the stage code that computed it (`outcomes.code_version`: the `StageDef` versions):
 a recorded run of the plan computed by other stage versions is refused rather than mixed in.
 
 Outputs (in `--out`, default `<storage root>/learning-report/`, next to the runs: a committed record under
 `benchmarks/results/learning/<record>/` is written only when `--out` names it): `outcomes.parquet` (run,
-arm, seed, updates, split, task_id, family, success, plan, code), `curves.parquet` (arm, seed, updates, split, success,
+arm, seed, updates, split, task_id, family, success, plan, code), `runs/<table>.parquet` (the per-run tables,
+each row with its plan's fingerprint), `curves.parquet` (arm, seed, updates, split, success,
 tasks), `report.md` (final and best held-out success per arm, coevolve - grpo with a bootstrap 95 %
 interval over seeds and task families, signals per kind, tasks accepted per round, generated tokens, wall time
 per stage and the feedback phases' share, what the evolved data reaches that D_0 does not, and how one run
@@ -68,7 +70,7 @@ is rebuilt and scored on tasks of an unused environment seed with `coevolve eval
 
 Modules: `plan` (which runs), `protocol` (freezing a plan for the final report), `runs` (running them
 through the flow), `outcomes` (per-task held-out outcomes and their record), `statistics` (success per
-arm, the bootstrap, the exact test, power), `tables` (per-run tables from storage), `coverage` (offered-but-
+arm, the bootstrap, the exact test, power), `tables` (per-run tables from storage), `run_record` (their record beside the outcomes), `coverage` (offered-but-
 unused tools and compositions), `report` (report.md and curves), `cli` (the command line).
 """
 

@@ -120,7 +120,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         _quiet_transformers()
         plan, root = prepare(plan_of(args))
     out = output_folder(args, root)
-    print(report(root, plan, out, run_arms(plan, root) if not args.report_only else {}))
+    wall = run_arms(plan, root) if not args.report_only else {}
+    try:
+        text = report(root, plan, out, wall)
+    except ValueError as exc:  # a record in --out that is unreadable, or of other stage code (MixedCodeError)
+        cli.error(str(exc))
+    print(text)
     if args.report_only:  # a report of stored runs measures nothing new: no result row
         print(f"outputs in {out}")
         return

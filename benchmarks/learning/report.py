@@ -1,5 +1,6 @@
 """The learning benchmark's outputs: `report.md` (held-out success, coevolve - grpo, per-run tables),
-`curves.parquet`, `curves.png`, and `outcomes.parquet`, the record a later invocation adds seeds to."""
+`curves.parquet`, `curves.png`, and the record a later invocation adds seeds to: `outcomes.parquet` and the
+per-run tables in `runs/` (`run_record`)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,16 @@ from pathlib import Path
 
 import polars as pl
 
-from coevolve.benchmarks.learning.coverage import coverage, gap_links
-from coevolve.benchmarks.learning.outcomes import OUTCOMES, code_version, curves, reported_outcomes
+from coevolve.benchmarks.learning.outcomes import (
+    OUTCOMES,
+    code_version,
+    curves,
+    plan_fingerprint,
+    reported_outcomes,
+)
 from coevolve.benchmarks.learning.plan import ARMS, Plan
 from coevolve.benchmarks.learning.protocol import EFFECT
+from coevolve.benchmarks.learning.run_record import RECORD, recorded_tables
 from coevolve.benchmarks.learning.statistics import (
     differences,
     paired_test,
@@ -22,16 +29,7 @@ from coevolve.benchmarks.learning.statistics import (
     seeds_for_power,
     summary,
 )
-from coevolve.benchmarks.learning.tables import (
-    FEEDBACK_STAGES,
-    STAGE_ORDER,
-    accepted_per_round,
-    evolution_counts,
-    exploration_breadth,
-    rejection_reasons,
-    stage_seconds,
-    teacher_output,
-)
+from coevolve.benchmarks.learning.tables import STAGE_ORDER, top_reasons
 
 
 def markdown_table(frame: pl.DataFrame, percent: Sequence[str] = ()) -> str:
@@ -116,34 +114,20 @@ def seed_ranges(seeds: Sequence[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
-def _provenance_lines(from_record: Sequence[str], missing: Sequence[str], out: Path) -> list[str]:
+def _provenance_lines(from_record: Sequence[str], untabled: Sequence[str], missing: Sequence[str],
+                      out: Path) -> list[str]:  # fmt: skip
     lines = []
     if from_record:
         lines += [f"Held-out outcomes of {describe_runs(from_record)} come from `{out / OUTCOMES}`, recorded by "
-                  "an earlier invocation of this plan: those runs are not in this storage root, so the per-run "
-                  "tables below leave them out.", ""]  # fmt: skip
+                  f"an earlier invocation of this plan (those runs are not in this storage root), and their "
+                  f"per-run tables from `{out / RECORD}/`.", ""]  # fmt: skip
+    if untabled:
+        lines += [f"{describe_runs(untabled)} were recorded before per-run tables were kept: the tables below "
+                  f"leave them out, the report.md committed with their outcomes has them.", ""]  # fmt: skip
     if missing:
         lines += [f"No held-out outcomes of this plan yet for {describe_runs(missing)}: the tables leave them out.",
                   ""]  # fmt: skip
     return lines
-
-
-def per_run_table(root: Path, names: Sequence[str], wall: dict[str, float]) -> pl.DataFrame:
-    """Per run: signals, admitted tasks, tokens (`tables.evolution_counts`), stage and feedback seconds."""
-    feedback = (
-        stage_seconds(root, names).with_columns(feedback=pl.col("stage").is_in(FEEDBACK_STAGES))
-        .group_by("run")
-        .agg(stages_s=pl.col("seconds").sum(), feedback_s=pl.col("seconds").filter(pl.col("feedback")).sum(),
-             forked_stages=pl.col("forked").sum())
-    )
-    return (
-        evolution_counts(root, names)
-        .join(feedback, on="run", how="left")
-        .with_columns(
-            feedback_share=pl.col("feedback_s") / pl.col("stages_s"),
-            wall_s=pl.col("run").replace_strict(wall, default=None, return_dtype=pl.Float64),
-        )
-    )
 
 
 def arm_costs(per_run: pl.DataFrame) -> dict[str, dict[str, float]]:
@@ -207,7 +191,9 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
     write_table(curve.to_arrow(), out / "curves.parquet")
     plot(curve, out / "curves.png")
     final = plan.rounds
-    per_run = per_run_table(root, names, wall)
+    tables = recorded_tables(root, names, out, plan_fingerprint(plan, root), planned, wall)
+    per_run = tables["per_run"]
+    untabled = [n for n in from_record if n not in set(per_run["run"])]
     splits = sorted(evals["split"].unique()) if evals.height else []
     head = headline_table(evals, plan, arm_costs(per_run)) if evals.height else pl.DataFrame()
     parts = [f"# Learning benchmark ({time.strftime('%Y-%m-%d')})", "",
@@ -218,7 +204,7 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
              f"config `{plan.config}`, {plan.rounds} rounds, planned runs {describe_runs(planned)}, "
              f"overrides {' '.join(plan.overrides) or '(none)'}, stage code version {code_version()}", "",
              _warm_start_line(plan), "",
-             *_provenance_lines(from_record, missing, out), REPRODUCE, "",
+             *_provenance_lines(from_record, untabled, missing, out), REPRODUCE, "",
              "## Held-out success per arm (mean over seeds)", "",
              markdown_table(summary(curve, final), percent=("baseline", "final", "best")), ""]  # fmt: skip
     parts += ["## coevolve - grpo after the last update (bootstrap 95 % interval over seeds and task families)", ""]
@@ -226,30 +212,28 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
         if got is not None or split != "both splits":
             parts.append(f"- {split}: " + ("n/a" if got is None else
                          f"{100 * got[0]:+.1f} points [{100 * got[1]:+.1f}, {100 * got[2]:+.1f}]"))  # fmt: skip
-    seconds = stage_seconds(root, names)
     parts += ["", "## Per run: signals, admitted tasks, generated tokens, time", "",
               markdown_table(per_run.sort("run"), percent=("feedback_share",)), "",
               "`revisited`: tasks drawn for rollouts in two or more rounds, the only ones the forgetting signal "
               "can fire on. `stages_s`: the stages' own seconds, round 0's counted in every arm that forked it; "
-              "`wall_s`: what this invocation spent on the run (a few seconds for a run finished by an earlier "
-              "one).", "",
+              "`wall_s`: what the invocation that computed the run spent on it.", "",
               "## Wall seconds per stage (sum over rounds)", "",
-              markdown_table(stage_table(seconds)), "",
+              markdown_table(stage_table(tables["stage_seconds"])), "",
               "## Synthesized tasks admitted per round", "",
-              markdown_table(accepted_per_round(root, names)), "",
+              markdown_table(tables["admitted_per_round"]), "",
               "## The teacher's explorations, its candidates and their verdicts", "",
               "Distinct calls that ran in the exploration groups, and those that are no call of the explored "
               "task's reference solution:", "",
-              markdown_table(exploration_breadth(root, names)), "",
-              markdown_table(teacher_output(root, names)), "",
+              markdown_table(tables["exploration"]), "",
+              markdown_table(tables["teacher_output"]), "",
               "Most frequent reasons a candidate was not `ok` or was discarded (JSON, ids and numbers folded):", "",
-              markdown_table(rejection_reasons(root, names)), "",
+              markdown_table(top_reasons(tables["rejections"])), "",
               "## Coverage: what the evolved data reaches that D_0 does not", "",
               "Tools offered to D_0's tasks that no D_0 solution calls (`unused_tools`), how many of them the "
               "explorations called and the admitted tasks' solutions call; admitted tasks of two or more calls, "
               "and those whose sequence of tools no D_0 task has (`benchmarks/learning/coverage.py`):", "",
-              markdown_table(coverage(root, names)), ""]  # fmt: skip
-    links = gap_links(root, names)
+              markdown_table(tables["coverage"]), ""]  # fmt: skip
+    links = tables["gap_links"]
     if links.height:
         parts += ["## The coverage gap, link by link", "",
                   "The gap families' tools (`gap_tools`), how many of them an exploration called, the `ok` "

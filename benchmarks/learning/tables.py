@@ -125,19 +125,25 @@ def exploration_breadth(root: Path, names: Sequence[str]) -> pl.DataFrame:
                                      new_calls=pl.col("new").sum().cast(pl.Int64)).sort("run")  # fmt: skip
 
 
-def rejection_reasons(root: Path, names: Sequence[str], top: int = 12) -> pl.DataFrame:
-    """The most frequent reasons a candidate was not `ok` or a verified one was discarded, over all runs,
-    with quoted JSON, ids and numbers folded (`solution item N is neither ...`)."""
+def rejections(root: Path, names: Sequence[str]) -> pl.DataFrame:
+    """Per run, how often each reason made a candidate not `ok` or a verified one discarded, with quoted
+    JSON, ids and numbers folded (`solution item N is neither ...`)."""
     folded = (r"regexp_replace(regexp_replace(regexp_replace(coalesce(reason, ''), '\{.*\}|\[.*\]', '{…}', 'g'), "
               r"'\b[0-9a-f]{12,}\b', '<id>', 'g'), '[0-9]+(\.[0-9]+)?', 'N', 'g')")
     return scalar_table(root, names, f"""
         WITH reasons AS (
-            SELECT 'candidate ' || status AS verdict, reason FROM candidates WHERE run IN (RUNS) AND status <> 'ok'
+            SELECT run, 'candidate ' || status AS verdict, reason FROM candidates WHERE run IN (RUNS) AND status <> 'ok'
             UNION ALL
-            SELECT 'verification ' || outcome, reason FROM verifications WHERE run IN (RUNS) AND outcome = 'discard')
-        SELECT verdict, {folded} AS reason, count(*) AS n
-        FROM reasons GROUP BY ALL ORDER BY n DESC, verdict, reason LIMIT {top}""",
-        {"verdict": pl.String, "reason": pl.String, "n": pl.Int64})  # fmt: skip
+            SELECT run, 'verification ' || outcome, reason FROM verifications WHERE run IN (RUNS) AND outcome = 'discard')
+        SELECT run, verdict, {folded} AS reason, count(*) AS n
+        FROM reasons GROUP BY ALL ORDER BY run, n DESC, verdict, reason""",
+        {"run": pl.String, "verdict": pl.String, "reason": pl.String, "n": pl.Int64})  # fmt: skip
+
+
+def top_reasons(per_run: pl.DataFrame, top: int = 12) -> pl.DataFrame:
+    """The `top` most frequent reasons of `rejections` over all its runs."""
+    return (per_run.group_by("verdict", "reason").agg(pl.col("n").sum())
+            .sort(["n", "verdict", "reason"], descending=[True, False, False]).head(top))  # fmt: skip
 
 
 def accepted_per_round(root: Path, names: Sequence[str]) -> pl.DataFrame:

@@ -4,6 +4,7 @@ curves, the bootstrap interval, the report and the plot come out."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import polars as pl
 import pytest
@@ -112,7 +113,7 @@ def test_report_names_runs_as_arms_with_seed_ranges():
 
 
 def test_teacher_output_counts_candidates_by_status_and_folds_reasons(tmp_path):
-    from coevolve.benchmarks.learning.tables import rejection_reasons, teacher_output
+    from coevolve.benchmarks.learning.tables import rejections, teacher_output, top_reasons
     from coevolve.storage.layout import RunLayout
     from coevolve.storage.store import RunStore
 
@@ -139,7 +140,7 @@ def test_teacher_output_counts_candidates_by_status_and_folds_reasons(tmp_path):
     row = teacher_output(tmp_path, ["learning-coevolve-s0", "learning-grpo-s0"]).to_dicts()
     assert row == [{"run": "learning-coevolve-s0", "candidates": 8, "ok": 3, "unparsable": 1, "invalid": 2,
                     "duplicate": 2, "stand_ins": 1, "admitted": 2, "discarded": 2}]  # fmt: skip
-    reasons = rejection_reasons(tmp_path, ["learning-coevolve-s0"]).rows()
+    reasons = top_reasons(rejections(tmp_path, ["learning-coevolve-s0"])).rows()
     assert reasons[:2] == [("candidate invalid", "solution item N is neither an observed call index nor a call", 2),
                            ("verification discard", "answer N appears in no result", 2)]  # fmt: skip
     assert ("candidate duplicate", "same solution as dataset task {…}", 1) in reasons
@@ -229,10 +230,17 @@ def test_quick_plan_runs_and_reports(tmp_path, monkeypatch, prefect_api):
     # ... and on a machine without the runs, from the outcomes the benchmark recorded next to its report
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "elsewhere" / "outcomes.parquet").write_bytes((tmp_path / "out" / "outcomes.parquet").read_bytes())
+    shutil.copytree(tmp_path / "out" / "runs", tmp_path / "elsewhere" / "runs")
     monkeypatch.setenv("COEVOLVE_HOME", str(tmp_path / "fresh-machine"))
     recorded = run_benchmark(plan, tmp_path / "elsewhere", run=False)
-    assert "come from" in recorded and "| learning-coevolve-s0 |" not in recorded
+    assert "come from" in recorded
     assert recorded.split("## Per run")[0].split("## Held-out")[1] == text.split("## Per run")[0].split("## Held-out")[1]
+    # ... per-run tables included: they were recorded beside the outcomes
+    assert recorded.split("## Per run")[1] == text.split("## Per run")[1]
+    # a record without them (written before they were kept) says where they are
+    shutil.rmtree(tmp_path / "elsewhere" / "runs")
+    older = run_benchmark(plan, tmp_path / "elsewhere", run=False)
+    assert "were recorded before per-run tables were kept" in older and "| learning-coevolve-s0 |" not in older
     monkeypatch.setenv("COEVOLVE_HOME", str(tmp_path / "runs"))
     # every arm ran the same rollout budget
     from coevolve.storage.catalog import query

@@ -1,0 +1,33 @@
+"""The learning benchmark's per-run record (`benchmarks/learning/run_record.py`): a run measured again
+replaces its rows under its plan, every other recorded row is kept, and a finished run's wall time is not
+overwritten by the seconds a later invocation spent finding it finished."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from coevolve.benchmarks.learning.run_record import merge_table, read_record
+
+
+def test_a_run_measured_again_replaces_its_rows_and_nothing_else_recorded_is_lost():
+    recorded = pl.DataFrame({"run": ["a", "b", "a"], "plan": ["p1", "p1", "p2"], "admitted": [1, 2, 3],
+                             "wall_s": [900.0, 800.0, 700.0]})  # fmt: skip
+    fresh = pl.DataFrame({"run": ["a", "c"], "admitted": [5, 6], "wall_s": [4.0, 600.0], "revisited": [1, 1]})
+    merged = merge_table(fresh, recorded, ["a", "c"], "p1", wall_kept=True)
+    rows = {(r["run"], r["plan"]): (r["admitted"], r["wall_s"], r["revisited"]) for r in merged.to_dicts()}
+    assert rows == {("a", "p1"): (5, 900.0, 1),  # measured again; the wall of the invocation that computed it
+                    ("b", "p1"): (2, 800.0, None),  # not in this storage root: as recorded
+                    ("a", "p2"): (3, 700.0, None),  # another plan's run of the same name: kept
+                    ("c", "p1"): (6, 600.0, 1)}
+    assert merge_table(fresh, None, ["a", "c"], "p1")["plan"].to_list() == ["p1", "p1"]
+
+
+def test_an_unreadable_or_foreign_record_is_named(tmp_path):
+    assert read_record(tmp_path / "none.parquet") is None
+    (tmp_path / "bad.parquet").write_text("not parquet")
+    with pytest.raises(ValueError, match="bad.parquet: not a readable Parquet file"):
+        read_record(tmp_path / "bad.parquet")
+    pl.DataFrame({"run": ["x"]}).write_parquet(tmp_path / "other.parquet")
+    with pytest.raises(ValueError, match="other.parquet: not a per-run table"):
+        read_record(tmp_path / "other.parquet")
