@@ -68,6 +68,11 @@ class Regime:
     phases: dict[str, tuple[str, ...]]
     prefix: str
     """Run names: `<prefix>-<arm>-s<seed>`."""
+    endpoint: dict[str, str] | None = None
+    """Per phase, the split the headline compares arms on (the pre-registered primary endpoint); None: all of
+    the phase's splits together."""
+    effect: float = 0.05
+    """The difference to grpo the seeds must detect at power 0.8 (success-rate units), on the endpoint."""
 
 
 REGIMES = {
@@ -92,6 +97,8 @@ REGIMES = {
         ("grpo", "oracle-gap", "coevolve", "coevolve-unused-rare"),
         {"validation": ("gap-validation", "validation"), "final": ("gap-test", "test", "heldout-templates")},
         "coverage",
+        endpoint={"validation": "gap-validation", "final": "gap-test"},
+        effect=0.15,
     ),
 }
 """`in-distribution`: does evolving the data beat GRPO on the training families (oracle-curriculum, not
@@ -139,6 +146,11 @@ class Plan:
     @property
     def experiment(self) -> Regime:
         return REGIMES[self.regime]
+
+    @property
+    def endpoint(self) -> str | None:
+        """The split the headline compares arms on in this phase (None: all splits together)."""
+        return (self.experiment.endpoint or {}).get(self.phase)
 
     @classmethod
     def make(cls, *, quick: bool, config: Path | None = None, rounds: int | None = None,

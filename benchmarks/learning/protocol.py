@@ -8,7 +8,8 @@ teacher build) with the seeds and arms in `frozen-plan.json`; `--final` then run
 changed config after the freeze needs a new freeze, which the record's history shows.
 
 The number of seeds comes from the pilots: `seeds_for_power` on the spread of the per-seed differences
-between arms on validation, for a true difference of `EFFECT` at power `POWER`.
+between arms on validation, on the regime's endpoint, for a true difference of the regime's `effect`
+(`plan.Regime`: 5 points in-distribution, 15 on the coverage gap) at power `POWER`.
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ from coevolve.benchmarks.learning.outcomes import plan_fingerprint
 from coevolve.benchmarks.learning.plan import Plan
 
 FROZEN = "frozen-plan.json"
-EFFECT = 0.05
-"""The difference the final runs must be able to detect: 5 points of held-out success."""
 POWER = 0.8
 
 

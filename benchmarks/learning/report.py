@@ -19,9 +19,9 @@ from coevolve.benchmarks.learning.outcomes import (
     reported_outcomes,
 )
 from coevolve.benchmarks.learning.plan import ARMS, Plan
-from coevolve.benchmarks.learning.protocol import EFFECT
 from coevolve.benchmarks.learning.run_record import RECORD, recorded_tables
 from coevolve.benchmarks.learning.statistics import (
+    bootstrap_difference,
     differences,
     paired_test,
     power,
@@ -140,10 +140,15 @@ def arm_costs(per_run: pl.DataFrame) -> dict[str, dict[str, float]]:
 
 
 def headline_table(evals: pl.DataFrame, plan: Plan, costs: dict[str, dict[str, float]]) -> pl.DataFrame:
-    """Per arm: final success per split; its difference to grpo on all splits with the paired 95 % interval,
-    the McNemar p-value and, from the spread of per-seed differences, the power to detect +5 points with
-    these seeds and the seeds that would give 80 %; mean tokens, stage seconds and feedback share."""
+    """Per arm: final success per split; its difference to grpo on the regime's endpoint (`Plan.endpoint`;
+    all splits together without one) with the paired 95 % interval, the McNemar p-value and, from the spread
+    of per-seed differences, the power to detect the regime's effect with these seeds and the seeds that
+    would give 80 %; mean tokens, stage seconds and feedback share."""
     final = evals.filter(pl.col("updates") == plan.rounds)
+    endpoint = plan.endpoint
+    compared = evals if endpoint is None else evals.filter(pl.col("split") == endpoint)
+    effect = plan.experiment.effect
+    difference, at_effect = (f"- grpo on {endpoint or 'all splits'} (points)", f"power at +{100 * effect:.0f}")
     rows = []
     for arm in [a for a in ARMS if a in set(final["arm"])]:
         row: dict = {"arm": arm}
@@ -151,15 +156,15 @@ def headline_table(evals: pl.DataFrame, plan: Plan, costs: dict[str, dict[str, f
             values = final.filter((pl.col("arm") == arm) & (pl.col("split") == split))["success"]
             row[split] = values.mean() if values.len() else None
         if arm != "grpo":
-            got = differences(evals, arm, "grpo", updates=plan.rounds).get("both splits")
-            tested = paired_test(evals, arm, "grpo", updates=plan.rounds)
-            spread = seed_differences(evals, arm, "grpo", updates=plan.rounds)
+            got = bootstrap_difference(compared, arm, "grpo", updates=plan.rounds)
+            tested = paired_test(compared, arm, "grpo", updates=plan.rounds)
+            spread = seed_differences(compared, arm, "grpo", updates=plan.rounds)
             sd = statistics.stdev(spread) if len(spread) > 1 else None
-            row |= {"- grpo (points)": None if got is None else f"{100 * got[0]:+.1f} [{100 * got[1]:+.1f}, "
-                                                                  f"{100 * got[2]:+.1f}]",
+            row |= {difference: None if got is None else f"{100 * got[0]:+.1f} [{100 * got[1]:+.1f}, "
+                                                         f"{100 * got[2]:+.1f}]",
                     "McNemar p": None if tested is None else f"{tested['p']:.3g} ({tested['wins']}/{tested['losses']})",
-                    "power at +5": None if sd is None else f"{power(sd, EFFECT, len(spread)):.2f}",
-                    "seeds for 0.8": None if sd is None else seeds_for_power(sd, EFFECT)}  # fmt: skip
+                    at_effect: None if sd is None else f"{power(sd, effect, len(spread)):.2f}",
+                    "seeds for 0.8": None if sd is None else seeds_for_power(sd, effect)}  # fmt: skip
         cost = costs.get(arm, {})
         row |= {"tokens": cost.get("tokens"), "stage s": cost.get("stages_s"), "feedback": cost.get("feedback_share")}
         rows.append(row)

@@ -46,3 +46,21 @@ def test_the_ablation_regime_is_the_papers_table_each_arm_a_valid_config():
     assert evolutions["evolve-often"] > evolutions["coevolve"] > evolutions["evolve-rarely"] > 0
     assert configs["coevolve"].teacher.type == "local" and configs["weak-explorer"].teacher.type == "policy"
     assert "'+ synthetic data'" in ARM_MEANINGS["synthetic-data"] and "F = 40" in ARM_MEANINGS["evolve-rarely"]
+
+
+def test_the_coverage_headline_compares_arms_on_its_primary_endpoint_at_its_effect():
+    import polars as pl
+
+    from coevolve.benchmarks.learning.report import headline_table
+
+    plan = Plan.make(quick=False, regime="coverage", rounds=2, seeds=2, arms=["grpo", "oracle-gap"])
+    assert (plan.endpoint, plan.experiment.effect) == ("gap-validation", 0.15)
+    assert Plan.make(quick=False, config=LEARNING).endpoint is None
+    # oracle-gap wins every gap task and loses every covered one: all splits together would say 0
+    rows = [{"arm": arm, "seed": seed, "updates": 2, "split": split, "task_id": f"{split}{t}", "family": f"f{t}",
+             "success": float((arm == "oracle-gap") == (split == "gap-validation"))}
+            for arm in ("grpo", "oracle-gap") for seed in (0, 1) for split in ("gap-validation", "validation")
+            for t in range(6)]  # fmt: skip
+    row = headline_table(pl.DataFrame(rows), plan, {}).filter(pl.col("arm") == "oracle-gap").to_dicts()[0]
+    assert row["- grpo on gap-validation (points)"] == "+100.0 [+100.0, +100.0]"
+    assert row["McNemar p"].endswith("(12/0)") and row["power at +15"] == "1.00"
