@@ -171,15 +171,32 @@ def headline_table(evals: pl.DataFrame, plan: Plan, costs: dict[str, dict[str, f
     return pl.DataFrame(rows)
 
 
+def rescored_section(rescored: pl.DataFrame, evals: pl.DataFrame, rounds: int) -> list[str]:
+    """Each re-evaluation of a run on tasks of environment options no run used, beside the run's own final
+    success on the same split (nothing when no run was re-scored)."""
+    if not rescored.height:
+        return []
+    own = (evals.filter(pl.col("updates") == rounds).group_by("run", "split")
+           .agg(own_success=pl.col("success").mean()))  # fmt: skip
+    table = rescored.join(own, on=["run", "split"], how="left").select(
+        "run", "round", "options", "split", "tasks", "success", "own_success")
+    return ["## Re-scored on tasks no run used", "",
+            "The final policy evaluated on the splits of an environment made with other options (`coevolve eval "
+            "--run R --env-seed N`: tasks of another seed, none of the run's own or its warm start's), beside "
+            "its success on the run's own split:", "",
+            markdown_table(table, percent=("success", "own_success")), ""]  # fmt: skip
+
+
 INTERVALS = ("`- grpo`: mean difference, 95 % bootstrap interval resampling seeds and task families (an update moves "
              "a family's tasks together). McNemar p: the exact sign test on the (seed, task) pairs whose "
              "outcomes differ (wins/losses; McNemar's test with one episode per task, success rates with "
              "`eval.samples`), which takes tasks as independent and so overstates the evidence when they move by family; power: the seed as "
              "the unit (`benchmarks/learning/statistics.py`).")
-REPRODUCE = ("One run (arm A, seed S) is rebuilt, warm starts included, by the command that made this record "
-             "with `--arm A --seeds S+1 --first-seed S --root EMPTY_ROOT`; `coevolve eval --run learning-A-sS "
-             "--env-seed N --root EMPTY_ROOT` then scores its final policy on tasks of an environment seed N that "
-             "no run used (`flows/reevaluate.py`).")
+def reproduce_line(plan: Plan) -> str:
+    return ("One run (arm A, seed S) is rebuilt, warm starts included, by the command that made this record "
+            f"with `--arm A --seeds S+1 --first-seed S --root EMPTY_ROOT`; `coevolve eval --run "
+            f"{plan.experiment.prefix}-A-sS --env-seed N --root EMPTY_ROOT` then scores its final policy on tasks "
+            "of an environment seed N that no run used (`flows/reevaluate.py`), and the next report shows it.")
 
 
 def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
@@ -209,7 +226,7 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
              f"config `{plan.config}`, {plan.rounds} rounds, planned runs {describe_runs(planned)}, "
              f"overrides {' '.join(plan.overrides) or '(none)'}, stage code version {code_version()}", "",
              _warm_start_line(plan), "",
-             *_provenance_lines(from_record, untabled, missing, out), REPRODUCE, "",
+             *_provenance_lines(from_record, untabled, missing, out), reproduce_line(plan), "",
              "## Held-out success per arm (mean over seeds)", "",
              markdown_table(summary(curve, final), percent=("baseline", "final", "best")), ""]  # fmt: skip
     parts += ["## coevolve - grpo after the last update (bootstrap 95 % interval over seeds and task families)", ""]
@@ -245,6 +262,7 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
                   "candidates and admitted tasks whose solution calls one, and the rollouts of those admitted "
                   "tasks and their successes (`benchmarks/learning/coverage.py: gap_links`):", "",
                   markdown_table(links), ""]  # fmt: skip
+    parts += rescored_section(tables["rescored"], evals, plan.rounds)
     text = "\n".join(parts)
     write_text_atomic(text, out / "report.md")
     return text

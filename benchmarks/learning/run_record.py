@@ -21,6 +21,7 @@ from coevolve.benchmarks.learning.tables import (
     evolution_counts,
     exploration_breadth,
     rejections,
+    rescored,
     stage_seconds,
     teacher_output,
 )
@@ -56,11 +57,12 @@ TABLES: dict[str, Callable[[Path, Sequence[str]], pl.DataFrame]] = {
     "rejections": rejections,
     "coverage": coverage,
     "gap_links": gap_links,
+    "rescored": rescored,
 }
 """Every recorded table but `per_run` (which also takes this invocation's wall seconds): name -> its reader
 over the runs of a storage root."""
 
-SORT = ("run", "round", "stage", "verdict", "reason")
+SORT = ("run", "round", "stage", "verdict", "reason", "options", "split")
 
 
 def read_record(path: Path) -> pl.DataFrame | None:

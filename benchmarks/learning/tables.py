@@ -151,3 +151,19 @@ def accepted_per_round(root: Path, names: Sequence[str]) -> pl.DataFrame:
         SELECT run, round, count(*) FILTER (outcome IN ('accept', 'retain')) AS admitted, count(*) AS verified
         FROM verifications WHERE run IN (RUNS) GROUP BY ALL ORDER BY run, round""",
         {"run": pl.String, "round": pl.Int64, "admitted": pl.Int64, "verified": pl.Int64})  # fmt: skip
+
+
+def rescored(root: Path, names: Sequence[str]) -> pl.DataFrame:
+    """Per run, split and re-evaluation (`coevolve eval --run R --env-seed N`, under `<root>/evaluations/`):
+    the policy's success on tasks of other environment options that no run used."""
+    rows = []
+    for name in names:
+        for path in sorted((root / "evaluations" / name).glob("round=*/evaluation.json")):
+            summary = json.loads(path.read_text())
+            for split, success in summary["success"].items():
+                rows.append({"run": name, "round": summary["round"], "env": summary["env"],
+                             "options": json.dumps(summary["options"], sort_keys=True), "split": split,
+                             "tasks": summary["tasks"][split], "success": float(success)})  # fmt: skip
+    schema = {"run": pl.String, "round": pl.Int64, "env": pl.String, "options": pl.String, "split": pl.String,
+              "tasks": pl.Int64, "success": pl.Float64}  # fmt: skip
+    return pl.DataFrame(rows, schema=schema)

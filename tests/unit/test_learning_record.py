@@ -31,3 +31,24 @@ def test_an_unreadable_or_foreign_record_is_named(tmp_path):
     pl.DataFrame({"run": ["x"]}).write_parquet(tmp_path / "other.parquet")
     with pytest.raises(ValueError, match="other.parquet: not a per-run table"):
         read_record(tmp_path / "other.parquet")
+
+
+def test_a_run_re_scored_on_an_unused_environment_seed_is_shown_beside_its_own_split(tmp_path):
+    import json
+
+    from coevolve.benchmarks.learning.report import rescored_section
+    from coevolve.benchmarks.learning.tables import rescored
+
+    folder = tmp_path / "evaluations" / "coverage-coevolve-s0" / "round=7-0123456789ab"
+    folder.mkdir(parents=True)
+    (folder / "evaluation.json").write_text(json.dumps({
+        "run": "coverage-coevolve-s0", "round": 7, "env": "toolworld", "options": {"seed": 9001},
+        "tasks": {"gap-validation": 40}, "success": {"gap-validation": 0.25}}))  # fmt: skip
+    table = rescored(tmp_path, ["coverage-coevolve-s0", "coverage-grpo-s0"])
+    assert table.select("run", "split", "tasks", "success").rows() == [
+        ("coverage-coevolve-s0", "gap-validation", 40, 0.25)]
+    evals = pl.DataFrame({"run": ["coverage-coevolve-s0"] * 2, "updates": [8, 8], "split": ["gap-validation"] * 2,
+                          "success": [1.0, 0.0]})  # fmt: skip
+    section = "\n".join(rescored_section(table, evals, rounds=8))
+    assert '| coverage-coevolve-s0 | 7 | {"seed": 9001} | gap-validation | 40 | 25.0 % | 50.0 % |' in section
+    assert rescored_section(rescored(tmp_path, ["coverage-grpo-s0"]), evals, rounds=8) == []
