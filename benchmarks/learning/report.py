@@ -23,6 +23,7 @@ from coevolve.benchmarks.learning.run_record import RECORD, recorded_tables
 from coevolve.benchmarks.learning.statistics import (
     bootstrap_difference,
     differences,
+    family_table,
     paired_test,
     power,
     seed_differences,
@@ -118,9 +119,11 @@ def _provenance_lines(from_record: Sequence[str], untabled: Sequence[str], missi
                       out: Path) -> list[str]:  # fmt: skip
     lines = []
     if from_record:
+        tabled = [n for n in from_record if n not in untabled]
+        tables = f", and their per-run tables from `{out / RECORD}/`" if tabled and not untabled else (
+            f", and the per-run tables of {describe_runs(tabled)} from `{out / RECORD}/`" if tabled else "")
         lines += [f"Held-out outcomes of {describe_runs(from_record)} come from `{out / OUTCOMES}`, recorded by "
-                  f"an earlier invocation of this plan (those runs are not in this storage root), and their "
-                  f"per-run tables from `{out / RECORD}/`.", ""]  # fmt: skip
+                  f"an earlier invocation of this plan (those runs are not in this storage root){tables}.", ""]  # fmt: skip
     if untabled:
         lines += [f"{describe_runs(untabled)} were recorded before per-run tables were kept: the tables below "
                   f"leave them out, the report.md committed with their outcomes has them.", ""]  # fmt: skip
@@ -229,6 +232,13 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
              *_provenance_lines(from_record, untabled, missing, out), reproduce_line(plan), "",
              "## Held-out success per arm (mean over seeds)", "",
              markdown_table(summary(curve, final), percent=("baseline", "final", "best")), ""]  # fmt: skip
+    endpoint = plan.endpoint
+    if endpoint is not None:
+        arms = [a for a in ARMS if a in set(evals["arm"])]
+        parts += [f"## {endpoint}, family by family", "",
+                  "Success before any update (the shared warm start) and after the last one, per arm (means over "
+                  "seeds and the family's tasks):", "",
+                  markdown_table(family_table(evals, endpoint, final, arms), percent=("baseline", *arms)), ""]
     parts += ["## coevolve - grpo after the last update (bootstrap 95 % interval over seeds and task families)", ""]
     for split, got in differences(evals, "coevolve", "grpo", updates=final).items():
         if got is not None or split != "both splits":

@@ -136,3 +136,18 @@ def power(sd: float, effect: float, seeds: int, *, alpha: float = 0.05) -> float
 def seeds_for_power(sd: float, effect: float, *, target: float = 0.8, alpha: float = 0.05, most: int = 200) -> int | None:
     """The fewest seeds reaching `target` power for `effect` (None: not within `most`)."""
     return next((n for n in range(2, most + 1) if power(sd, effect, n, alpha=alpha) >= target), None)
+
+
+def family_table(evals: pl.DataFrame, split: str, final_updates: int, arms: list[str]) -> pl.DataFrame:
+    """Per task family of `split`: success before any update (the shared warm start, mean over every run) and
+    each arm's after the last update (mean over its seeds and the family's tasks): which families moved."""
+    rows = evals.filter(pl.col("split") == split)
+    if not rows.height:
+        return pl.DataFrame()
+    families = rows.group_by("family").agg(tasks=pl.col("task_id").n_unique(),
+                                           baseline=pl.col("success").filter(pl.col("updates") == 0).mean())  # fmt: skip
+    final = rows.filter(pl.col("updates") == final_updates).group_by("family", "arm").agg(pl.col("success").mean())
+    for arm in [a for a in arms if a in set(final["arm"])]:
+        mine = final.filter(pl.col("arm") == arm).select("family", pl.col("success").alias(arm))
+        families = families.join(mine, on="family", how="left")
+    return families.sort("family")

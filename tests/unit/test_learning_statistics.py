@@ -54,3 +54,17 @@ def test_the_bootstrap_resamples_families_not_tasks():
     by_task = bootstrap_difference(pl.DataFrame([{**r, "family": None} for r in rows]), "a", "b", updates=3)
     assert clustered[0] == by_task[0] == pytest.approx(0.25)
     assert by_task[1] > 0 and clustered[1] == 0.0  # a draw without f0 leaves no difference
+
+
+def test_the_family_table_shows_which_gap_families_moved_per_arm():
+    import polars as pl
+
+    from coevolve.benchmarks.learning.statistics import family_table
+
+    rows = [{"arm": arm, "seed": 0, "updates": updates, "split": "gap-validation", "task_id": f"{family}{t}",
+             "family": family, "success": float(updates == 2 and arm == "oracle-gap" and family == "deposit")}
+            for arm in ("grpo", "oracle-gap") for updates in (0, 2) for family in ("deposit", "withdraw")
+            for t in range(3)]  # fmt: skip
+    table = family_table(pl.DataFrame(rows), "gap-validation", 2, ["grpo", "coevolve", "oracle-gap"])
+    assert table.rows() == [("deposit", 3, 0.0, 0.0, 1.0), ("withdraw", 3, 0.0, 0.0, 0.0)]
+    assert table.columns == ["family", "tasks", "baseline", "grpo", "oracle-gap"]
