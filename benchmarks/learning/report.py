@@ -120,8 +120,7 @@ def _provenance_lines(from_record: Sequence[str], untabled: Sequence[str], missi
     lines = []
     if from_record:
         tabled = [n for n in from_record if n not in untabled]
-        tables = f", and their per-run tables from `{out / RECORD}/`" if tabled and not untabled else (
-            f", and the per-run tables of {describe_runs(tabled)} from `{out / RECORD}/`" if tabled else "")
+        tables = f", and the per-run tables of {describe_runs(tabled)} from `{out / RECORD}/`" if tabled else ""
         lines += [f"Held-out outcomes of {describe_runs(from_record)} come from `{out / OUTCOMES}`, recorded by "
                   f"an earlier invocation of this plan (those runs are not in this storage root){tables}.", ""]  # fmt: skip
     if untabled:
