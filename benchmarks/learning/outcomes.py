@@ -10,7 +10,7 @@ from pathlib import Path
 
 import polars as pl
 
-from coevolve.benchmarks.learning.plan import Plan
+from coevolve.benchmarks.learning.plan import OWN_TEACHER_ARMS, TEACHERLESS_ARMS, Plan
 from coevolve.benchmarks.learning.tables import scalar_table
 
 
@@ -56,7 +56,7 @@ def code_version() -> str:
     return content_hash([[stage.name, stage.version] for stage in STAGES.values()])[:12]
 
 
-def plan_fingerprint(plan: Plan, root: Path) -> str:
+def plan_fingerprint(plan: Plan, root: Path, *, teacher: bool = True) -> str:
     """What makes two invocations' outcomes one experiment: the config file's text, the rounds, the
     overrides (the storage root left out of the warm start's path: its directory name is a content key,
     the same on every machine) and the settings the teacher was built with."""
@@ -64,8 +64,19 @@ def plan_fingerprint(plan: Plan, root: Path) -> str:
 
     parts = {"config": plan.config.read_text(), "rounds": plan.rounds,
              "overrides": [o.replace(str(root), "<root>") for o in plan.overrides],
-             "teacher": plan.teacher.key_fields() if plan.teacher and plan.teacher_model else None}  # fmt: skip
+             "teacher": plan.teacher.key_fields() if teacher and plan.teacher and plan.teacher_model else None}  # fmt: skip
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def same_plan(fingerprint: str, teacherless: str | None = None) -> pl.Expr:
+    """Rows (with `run` and `plan` columns) measured under this plan: its `fingerprint`, or, for a run of an arm
+    that does not use the evolving arms' teacher, the plan's fingerprint without the teacher build
+    (`teacherless`): an invocation of such arms alone builds no teacher, and their runs do not depend on it."""
+    mine = pl.col("plan") == fingerprint
+    if teacherless is None or teacherless == fingerprint:
+        return mine
+    arm = pl.col("run").str.extract(r"^[^-]+-(.+)-s\d+$", 1)
+    return mine | (arm.is_in([*TEACHERLESS_ARMS, *OWN_TEACHER_ARMS]) & (pl.col("plan") == teacherless))
 
 
 def recorded_outcomes(path: Path) -> pl.DataFrame:
@@ -87,7 +98,7 @@ def recorded_outcomes(path: Path) -> pl.DataFrame:
 
 
 def merge_outcomes(stored: pl.DataFrame, recorded: pl.DataFrame, names: Sequence[str], fingerprint: str,
-                   code: str) -> tuple[pl.DataFrame, pl.DataFrame]:  # fmt: skip
+                   code: str, teacherless: str | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:  # fmt: skip
     """The outcomes to report on (the stored evals of `names`, and the recorded ones of this plan for
     those of `names` with none stored) and the table to record (the reported ones and every other
     recorded row: nothing recorded is lost, a stored run replaces its recorded rows). A recorded run of
@@ -96,7 +107,7 @@ def merge_outcomes(stored: pl.DataFrame, recorded: pl.DataFrame, names: Sequence
     stored = (stored.with_columns(plan=pl.lit(fingerprint), code=pl.lit(code))
               .select(list(OUTCOME_SCHEMA)).cast(OUTCOME_SCHEMA))  # fmt: skip
     have = set(stored["run"])
-    mine = (pl.col("plan") == fingerprint) & pl.col("run").is_in(list(names))
+    mine = same_plan(fingerprint, teacherless) & pl.col("run").is_in(list(names))
     from_record = recorded.filter(mine & ~pl.col("run").is_in(list(have)))
     other = sorted(set(from_record.filter(pl.col("code").is_not_null() & (pl.col("code") != code))["run"]))
     if other:
@@ -121,4 +132,4 @@ def reported_outcomes(root: Path, plan: Plan, out: Path) -> tuple[pl.DataFrame, 
     storage lacks) and the record to write back (`merge_outcomes`)."""
     planned = [plan.run_name(arm, seed) for arm, seed in plan.reported_runs()]
     return merge_outcomes(per_task_evals(root, planned), recorded_outcomes(out / OUTCOMES), planned,
-                          plan_fingerprint(plan, root), code_version())  # fmt: skip
+                          plan_fingerprint(plan, root), code_version(), plan_fingerprint(plan, root, teacher=False))  # fmt: skip

@@ -215,7 +215,8 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
     write_table(curve.to_arrow(), out / "curves.parquet")
     plot(curve, out / "curves.png")
     final = plan.rounds
-    tables = recorded_tables(root, names, out, plan_fingerprint(plan, root), planned, wall)
+    tables = recorded_tables(root, names, out, plan_fingerprint(plan, root), planned, wall,
+                             plan_fingerprint(plan, root, teacher=False))
     per_run = tables["per_run"]
     untabled = [n for n in from_record if n not in set(per_run["run"])]
     splits = sorted(evals["split"].unique()) if evals.height else []

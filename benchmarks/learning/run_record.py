@@ -15,6 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from coevolve.benchmarks.learning.coverage import coverage, gap_links
+from coevolve.benchmarks.learning.outcomes import same_plan
 from coevolve.benchmarks.learning.tables import (
     FEEDBACK_STAGES,
     accepted_per_round,
@@ -79,7 +80,7 @@ def read_record(path: Path) -> pl.DataFrame | None:
 
 
 def merge_table(fresh: pl.DataFrame, recorded: pl.DataFrame | None, names: Sequence[str], fingerprint: str,
-                wall_kept: bool = False) -> pl.DataFrame:  # fmt: skip
+                wall_kept: bool = False, teacherless: str | None = None) -> pl.DataFrame:  # fmt: skip
     """The record to write: `fresh` (the runs `names` of this storage root, measured under `fingerprint`) and
     every recorded row but this plan's rows of those runs. With `wall_kept`, a run's `wall_s` keeps the larger
     of the recorded and the fresh figure: the invocation that computed a run spent its time, a later one that
@@ -87,7 +88,7 @@ def merge_table(fresh: pl.DataFrame, recorded: pl.DataFrame | None, names: Seque
     fresh = fresh.with_columns(plan=pl.lit(fingerprint))
     if recorded is None:
         return _sorted(fresh)
-    replaced = (pl.col("plan") == fingerprint) & pl.col("run").is_in(list(names))
+    replaced = same_plan(fingerprint, teacherless) & pl.col("run").is_in(list(names))
     if wall_kept and "wall_s" in recorded.columns and fresh.height:
         before = recorded.filter(replaced).select("run", recorded_wall="wall_s")
         fresh = (fresh.join(before, on="run", how="left")
@@ -100,7 +101,7 @@ def _sorted(frame: pl.DataFrame) -> pl.DataFrame:
 
 
 def recorded_tables(root: Path, names: Sequence[str], out: Path, fingerprint: str, runs: Sequence[str],
-                    wall: dict[str, float]) -> dict[str, pl.DataFrame]:  # fmt: skip
+                    wall: dict[str, float], teacherless: str | None = None) -> dict[str, pl.DataFrame]:  # fmt: skip
     """Each table of the runs `runs` under this plan: read fresh for `names` (the runs in `root`), from the
     record for the others; the record in `out` updated first (written atomically: for runs whose storage is
     gone it is the only copy)."""
@@ -110,8 +111,9 @@ def recorded_tables(root: Path, names: Sequence[str], out: Path, fingerprint: st
     tables = {}
     for name, frame in fresh.items():
         path = out / RECORD / f"{name}.parquet"
-        record = merge_table(frame, read_record(path), names, fingerprint, wall_kept=name == "per_run")
+        record = merge_table(frame, read_record(path), names, fingerprint, wall_kept=name == "per_run",
+                             teacherless=teacherless)
         path.parent.mkdir(parents=True, exist_ok=True)
         write_table(record.to_arrow(), path)
-        tables[name] = record.filter((pl.col("plan") == fingerprint) & pl.col("run").is_in(list(runs))).drop("plan")
+        tables[name] = record.filter(same_plan(fingerprint, teacherless) & pl.col("run").is_in(list(runs))).drop("plan")
     return tables

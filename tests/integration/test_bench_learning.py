@@ -59,6 +59,19 @@ def test_recorded_outcomes_fill_runs_missing_from_storage_and_nothing_recorded_i
     assert record.filter(pl.col("plan") == "p2").height == 3
 
 
+def test_teacherless_arms_recorded_without_a_teacher_build_join_a_plan_that_has_one():
+    from coevolve.benchmarks.learning.outcomes import OUTCOME_SCHEMA, merge_outcomes
+
+    # grpo ran in an invocation of teacherless arms alone (no teacher built: fingerprint "bare"); coevolve in
+    # one that built the teacher ("full"); a coevolve row under "bare" belongs to no run of this plan
+    recorded = pl.DataFrame(_outcomes("learning-grpo-s0", "bare", 1) + _outcomes("learning-coevolve-s0", "full", 0)
+                            + _outcomes("learning-coevolve-s1", "bare", 1), schema=OUTCOME_SCHEMA)  # fmt: skip
+    stored = pl.DataFrame(schema={k: v for k, v in OUTCOME_SCHEMA.items() if k not in ("plan", "code")})
+    names = ["learning-grpo-s0", "learning-coevolve-s0", "learning-coevolve-s1"]
+    reported, record = merge_outcomes(stored, recorded, names, "full", "c1", teacherless="bare")
+    assert sorted(set(reported["run"])) == ["learning-coevolve-s0", "learning-grpo-s0"] and record.height == 9
+
+
 def test_recorded_runs_of_another_code_version_are_refused_not_mixed():
     from coevolve.benchmarks.learning.outcomes import (
         OUTCOME_SCHEMA,
