@@ -14,6 +14,11 @@ from coevolve.benchmarks.learning.plan import OWN_TEACHER_ARMS, TEACHERLESS_ARMS
 from coevolve.benchmarks.learning.tables import scalar_table
 
 
+def arm_of_run() -> pl.Expr:
+    """The arm of a run name (`<prefix>-<arm>-s<seed>`, `plan.run_name`), from the `run` column."""
+    return pl.col("run").str.extract(r"^[^-]+-(.+)-s\d+$", 1)
+
+
 def per_task_evals(root: Path, names: Sequence[str]) -> pl.DataFrame:
     """One row per (run, updates, split, task): `updates` = 0 for the baseline, r + 1 after round r;
     `success` the task's mean over its episodes (`eval.samples`; 0 or 1 with one episode)."""
@@ -24,7 +29,7 @@ def per_task_evals(root: Path, names: Sequence[str]) -> pl.DataFrame:
         {"run": pl.String, "updates": pl.Int64, "split": pl.String, "task_id": pl.String, "family": pl.String,
          "success": pl.Float64})  # fmt: skip
     return frame.with_columns(
-        arm=pl.col("run").str.extract(r"^(?:learning|coverage)-(.+)-s\d+$", 1),
+        arm=arm_of_run(),
         seed=pl.col("run").str.extract(r"-s(\d+)$", 1).cast(pl.Int64),
     )
 
@@ -75,8 +80,15 @@ def same_plan(fingerprint: str, teacherless: str | None = None) -> pl.Expr:
     mine = pl.col("plan") == fingerprint
     if teacherless is None or teacherless == fingerprint:
         return mine
-    arm = pl.col("run").str.extract(r"^[^-]+-(.+)-s\d+$", 1)
-    return mine | (arm.is_in([*TEACHERLESS_ARMS, *OWN_TEACHER_ARMS]) & (pl.col("plan") == teacherless))
+    return mine | (arm_of_run().is_in([*TEACHERLESS_ARMS, *OWN_TEACHER_ARMS]) & (pl.col("plan") == teacherless))
+
+
+def read_parquet_named(path: Path) -> pl.DataFrame:
+    """A record's Parquet file; one that does not read raises naming it."""
+    try:
+        return pl.read_parquet(path)
+    except Exception as exc:  # polars raises several kinds for a corrupt or foreign file
+        raise ValueError(f"{path}: not a readable Parquet file ({exc})") from exc
 
 
 def recorded_outcomes(path: Path) -> pl.DataFrame:
@@ -84,10 +96,7 @@ def recorded_outcomes(path: Path) -> pl.DataFrame:
     such a table raises naming it."""
     if not path.exists():
         return pl.DataFrame(schema=OUTCOME_SCHEMA)
-    try:
-        frame = pl.read_parquet(path)
-    except Exception as exc:  # polars raises several kinds for a corrupt or foreign file
-        raise ValueError(f"{path}: not a readable Parquet file ({exc})") from exc
+    frame = read_parquet_named(path)
     for column in ("family", "code"):  # a record written before families, or code versions, were kept
         if column not in frame.columns:
             frame = frame.with_columns(pl.lit(None, dtype=pl.String).alias(column))

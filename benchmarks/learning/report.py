@@ -13,6 +13,7 @@ import polars as pl
 
 from coevolve.benchmarks.learning.outcomes import (
     OUTCOMES,
+    arm_of_run,
     code_version,
     curves,
     plan_fingerprint,
@@ -135,7 +136,7 @@ def _provenance_lines(from_record: Sequence[str], untabled: Sequence[str], missi
 def arm_costs(per_run: pl.DataFrame) -> dict[str, dict[str, float]]:
     """Per arm, means over its runs: generated tokens (all sources), stage seconds, feedback share."""
     tokens = [c for c in per_run.columns if c.endswith("_tokens")]
-    frame = per_run.with_columns(arm=pl.col("run").str.replace(r"^(?:learning|coverage)-", "").str.replace(r"-s\d+$", ""),
+    frame = per_run.with_columns(arm=arm_of_run(),
                                  tokens=pl.sum_horizontal(tokens) if tokens else pl.lit(0))  # fmt: skip
     means = frame.group_by("arm").agg(pl.col("tokens", "stages_s", "feedback_share").mean())
     return {row["arm"]: row for row in means.iter_rows(named=True)}

@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 
 from coevolve.benchmarks.learning.coverage import coverage, gap_links
-from coevolve.benchmarks.learning.outcomes import same_plan
+from coevolve.benchmarks.learning.outcomes import read_parquet_named, same_plan
 from coevolve.benchmarks.learning.tables import (
     FEEDBACK_STAGES,
     accepted_per_round,
@@ -70,10 +70,7 @@ def read_record(path: Path) -> pl.DataFrame | None:
     """A recorded table (None when there is none); a file that is not one raises naming it."""
     if not path.exists():
         return None
-    try:
-        frame = pl.read_parquet(path)
-    except Exception as exc:  # polars raises several kinds for a corrupt or foreign file
-        raise ValueError(f"{path}: not a readable Parquet file ({exc})") from exc
+    frame = read_parquet_named(path)
     if not {"run", "plan"} <= set(frame.columns):
         raise ValueError(f"{path}: not a per-run table of the learning benchmark (no `run` and `plan` columns)")
     return frame
