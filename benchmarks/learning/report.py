@@ -125,8 +125,8 @@ def _provenance_lines(from_record: Sequence[str], untabled: Sequence[str], missi
         lines += [f"Held-out outcomes of {describe_runs(from_record)} come from `{out / OUTCOMES}`, recorded by "
                   f"an earlier invocation of this plan (those runs are not in this storage root){tables}.", ""]  # fmt: skip
     if untabled:
-        lines += [f"{describe_runs(untabled)} were recorded before per-run tables were kept: the tables below "
-                  f"leave them out, the report.md committed with their outcomes has them.", ""]  # fmt: skip
+        lines += [f"{describe_runs(untabled)} have no per-run tables in `{out / RECORD}/`: the tables below leave "
+                  f"them out, the report.md committed with their outcomes has them.", ""]  # fmt: skip
     if missing:
         lines += [f"No held-out outcomes of this plan yet for {describe_runs(missing)}: the tables leave them out.",
                   ""]  # fmt: skip

@@ -4,10 +4,16 @@ overwritten by the seconds a later invocation spent finding it finished."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
+
 import polars as pl
 import pytest
 
-from coevolve.benchmarks.learning.run_record import merge_table, read_record
+from coevolve.benchmarks.learning.run_record import RECORD, merge_table, read_record
+
+REPOSITORY = Path(__file__).resolve().parents[2]
 
 
 def test_a_run_measured_again_replaces_its_rows_and_nothing_else_recorded_is_lost():
@@ -52,3 +58,12 @@ def test_a_run_re_scored_on_an_unused_environment_seed_is_shown_beside_its_own_s
     section = "\n".join(rescored_section(table, evals, rounds=8))
     assert '| coverage-coevolve-s0 | 7 | {"seed": 9001} | gap-validation | 40 | 25.0 % | 50.0 % |' in section
     assert rescored_section(rescored(tmp_path, ["coverage-grpo-s0"]), evals, rounds=8) == []
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (REPOSITORY / ".git").exists(), reason="not a git checkout")
+def test_a_plans_per_run_record_is_committed_with_its_outcomes_not_ignored_by_git():
+    record = f"benchmarks/results/learning/any-plan/{RECORD}/per_run.parquet"
+    ignored = subprocess.run(["git", "check-ignore", "-q", record], cwd=REPOSITORY)
+    assert ignored.returncode == 1, f"{record} is ignored by .gitignore: the record would never be committed"
+    # ... while a run's storage under the default root stays out of the repository
+    assert subprocess.run(["git", "check-ignore", "-q", "runs/demo/x.parquet"], cwd=REPOSITORY).returncode == 0
