@@ -16,7 +16,7 @@ teacher starts its reply with `reply_prefix` (assistant prefill; the returned te
 one (chat completions) answers from scratch. Teacher output is data: it is only ever parsed with
 `json.loads` (`llm.replies.extract_json`) and stored raw next to its parse result.
 
-Tests hand a scripted teacher to the run through `RunContext(teacher_factory=...)`.
+Tests hand a scripted teacher to the run through `open_run(..., teacher_factory=...)`.
 """
 
 from __future__ import annotations

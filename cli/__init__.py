@@ -184,11 +184,11 @@ def stage(
 def _rerun_stage(stage_def, cfg, layout, round_: int, *, force: bool):
     """The stage in this process, as a `coevolve-stage` flow run when a Prefect API is configured."""
     from coevolve.flows.prefect_api import configured_api_url
-    from coevolve.pipeline.context import RunContext
     from coevolve.pipeline.runner import run_stage
+    from coevolve.stages.run_context import open_run
 
     if not configured_api_url():
-        return run_stage(stage_def, RunContext.create(cfg, layout.run, layout.root), round_, force=force)
+        return run_stage(stage_def, open_run(cfg, layout.run, layout.root), round_, force=force)
     from coevolve.flows.coevolve import coevolve_stage
     from coevolve.flows.prefect_api import prefect_api
 
@@ -196,7 +196,7 @@ def _rerun_stage(stage_def, cfg, layout, round_: int, *, force: bool):
         result = coevolve_stage(stage_def.name, layout.run, round_, str(layout.root), force=force)
     from coevolve.pipeline.runner import StageRecord
 
-    store = RunContext.create(cfg, layout.run, layout.root).store
+    store = open_run(cfg, layout.run, layout.root).store
     return StageRecord(store.completed(round_, stage_def.name), cached=result["cached"])
 
 
@@ -219,7 +219,7 @@ def evaluate(
     environment (--env); the rows go to ROOT/evaluations/RUN/, outside the run (flows/reevaluate.py)."""
     from coevolve.flows.reevaluate import reevaluate
     from coevolve.flows.runs import load_saved_config
-    from coevolve.pipeline.context import RunContext
+    from coevolve.stages.run_context import open_run
 
     layout = run_layout(root, run_name)
     if not layout.config_path.exists():
@@ -238,7 +238,7 @@ def evaluate(
         seed = {} if env_seed is None else {"seed": env_seed}
         options = seed if other else {**cfg.env.options, **seed}
         quiet_libraries()
-        summary = reevaluate(RunContext.create(cfg, layout.run, layout.root), round_=round_, options=options,
+        summary = reevaluate(open_run(cfg, layout.run, layout.root), round_=round_, options=options,
                              splits=wanted, max_tasks=max_tasks, root=layout.root, env=env)  # fmt: skip
     except (*user_errors(), ValueError) as exc:
         fail(str(exc))

@@ -32,6 +32,7 @@ from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.runner import StageRecord, run_stage
 from coevolve.pipeline.stage import StageDef
 from coevolve.stages.plan import round_plan
+from coevolve.stages.run_context import open_run
 from coevolve.storage.catalog import build_catalog
 from coevolve.storage.parquet import write_text_atomic
 
@@ -190,6 +191,6 @@ def coevolve_stage(stage: str, run: str, round: int, root: str, force: bool = Fa
     from coevolve.storage.layout import RunLayout
 
     layout = RunLayout(Path(root), run)
-    ctx = RunContext.create(load_saved_config(layout), run, layout.root)
+    ctx = open_run(load_saved_config(layout), run, layout.root)
     record = run_stage_in_flow(get_stage(stage), ctx, round, force=force)
     return {"cached": record.cached, "key": record.manifest.key}

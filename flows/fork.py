@@ -34,6 +34,7 @@ from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.runner import is_cached, stage_key
 from coevolve.pipeline.stage import StageDef
 from coevolve.stages.plan import round_plan
+from coevolve.stages.run_context import open_run
 from coevolve.storage.layout import RunLayout, checkpoint_name
 from coevolve.storage.lock import run_lock
 from coevolve.storage.manifest import Manifest
@@ -69,8 +70,8 @@ def fork_run(config: CoevolveConfig, root: Path, source: str, target: str, round
 
 
 def _fork(config: CoevolveConfig, source_layout: RunLayout, target_layout: RunLayout, rounds: int) -> list[Copied]:
-    source_ctx = RunContext(config, RunStore(source_layout), quiet=True)
-    target_ctx = RunContext(config, RunStore(target_layout), quiet=True)
+    source_ctx = open_run(config, source_layout.run, source_layout.root, quiet=True)
+    target_ctx = open_run(config, target_layout.run, target_layout.root, quiet=True)
     write_text_atomic(config.to_yaml(), target_layout.config_path)
     copied = []
     for round_ in range(rounds):

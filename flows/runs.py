@@ -30,6 +30,7 @@ from coevolve.config import CoevolveConfig, load_config, parse_config
 from coevolve.flows.validate import check_run_config
 from coevolve.pipeline.context import RunContext
 from coevolve.stages.plan import round_plan
+from coevolve.stages.run_context import open_run
 from coevolve.storage.layout import RunLayout, storage_root
 
 IDENTITY_FIELDS = ("model.name", "env.name")
@@ -57,7 +58,7 @@ class RunSpec(BaseModel):
 
     def context(self, **options: Any) -> RunContext:
         """The run's `RunContext` (`options`: its test seams, e.g. `teacher_factory`)."""
-        return RunContext.create(self.config, self.run, self.root, **options)
+        return open_run(self.config, self.run, self.root, **options)
 
 
 def _field(data: dict[str, Any], dotted: str) -> Any:

@@ -7,8 +7,12 @@ The parts a test replaces enter here, never by patching modules: `engine_factory
 inference engine from its loaded model (default: `HfEngine` in process, `OpenAIEngine` with
 `model.servers`), `teacher_factory` builds the teacher of a round (default: `agents.teacher.make_teacher`).
 
-    ctx = RunContext.create(config, "demo", Path("runs"))
-    ctx = RunContext.create(config, "t", tmp, teacher_factory=ScriptedTeacherFactory(...))   # tests
+What the context builds with code of the layer above it comes in as `RunServices`: the warm starts of the
+config's `warm_start` section (`stages/warm_start/build.py`) and environments in Ray actors
+(`executors/ray_envs.py`). `stages.run_context.open_run` wires them; that is how a run is opened:
+
+    ctx = open_run(config, "demo", Path("runs"))
+    ctx = open_run(config, "t", tmp, teacher_factory=ScriptedTeacherFactory(...))   # tests
 """
 
 from __future__ import annotations
@@ -21,29 +25,47 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from coevolve import envs
 from coevolve.agents.policy import EngineFactory, Policy, base_version
 from coevolve.config import CoevolveConfig
 from coevolve.envs.base import Environment, Task
 from coevolve.storage.datasets import Datasets
-from coevolve.storage.layout import RunLayout, checkpoint_name
+from coevolve.storage.layout import checkpoint_name
 from coevolve.storage.parquet import ArtifactError, file_matches
 from coevolve.storage.store import RunStore
 
 if TYPE_CHECKING:
     from coevolve.agents.teacher import Teacher
-    from coevolve.executors.ray_envs import RayEnvPool
 
 TeacherFactory = Callable[["RunContext", int], "Teacher"]
 """(context, policy round) -> the teacher; the policy round is the one a policy teacher uses (-1: base)."""
+
+
+class EnvironmentPool(Protocol):
+    """Environments that run elsewhere (`executors.ray_envs.RayEnvPool`): `make()` lends one out."""
+
+    def make(self) -> Environment: ...
+
+
+@dataclass(frozen=True)
+class RunServices:
+    """How a run's context names and builds its warm starts and reaches remote environments."""
+
+    name_warm_starts: Callable[[CoevolveConfig], CoevolveConfig]
+    """The config with the checkpoints its `warm_start` section asks for named, nothing built."""
+    build_warm_starts: Callable[[CoevolveConfig, CoevolveConfig], list[Path]]
+    """(config as written, named) -> the warm-start checkpoints built now (those this machine lacked)."""
+    remote_envs: Callable[[CoevolveConfig], EnvironmentPool]
+    """The config -> its pool of environments that run elsewhere (`runtime.ray_address`)."""
 
 
 @dataclass
 class RunContext:
     config: CoevolveConfig
     store: RunStore
+    services: RunServices
     quiet: bool = False
     engine_factory: EngineFactory | None = None
     """Builds the policy's engine from its loaded model; None: the configured one."""
@@ -55,14 +77,8 @@ class RunContext:
     _warm_starts_checked: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        from coevolve.stages.warm_start.build import with_warm_starts
-
-        self.spec, self.config = self.config, with_warm_starts(self.config)
+        self.spec, self.config = self.config, self.services.name_warm_starts(self.config)
         self.policy = Policy(self.config.model, self.config.train, engine_factory=self.engine_factory)
-
-    @classmethod
-    def create(cls, config: CoevolveConfig, run: str, root: Path, **options: Any) -> RunContext:
-        return cls(config, RunStore(RunLayout(root, run)), **options)
 
     @property
     def run(self) -> str:
@@ -77,16 +93,13 @@ class RunContext:
     def make_env(self) -> Environment:
         """A fresh environment for one episode: in this process, or in a Ray actor (`runtime.ray_address`)."""
         if self.config.runtime.ray_address:
-            return self._ray_pool.make()
+            return self.remote_envs.make()
         return envs.make(self.config.env.name, **self.config.env.options)
 
     @cached_property
-    def _ray_pool(self) -> RayEnvPool:
-        from coevolve.executors.ray_envs import RayEnvPool
-
-        runtime = self.config.runtime
-        return RayEnvPool(runtime.ray_address, self.config.env.name, self.config.env.options,
-                          actor_cpus=runtime.ray_actor_cpus)
+    def remote_envs(self) -> EnvironmentPool:
+        """The pool `make_env` lends environments from with `runtime.ray_address` (started on first use)."""
+        return self.services.remote_envs(self.config)
 
     @cached_property
     def _task_source(self) -> Environment:
@@ -148,9 +161,7 @@ class RunContext:
         before round 0; a stage that needs a start on a machine that lacks it builds it here."""
         if self._warm_starts_checked:
             return []
-        from coevolve.stages.warm_start.build import build_warm_starts
-
-        built = build_warm_starts(self.spec, self.config)
+        built = self.services.build_warm_starts(self.spec, self.config)
         self._warm_starts_checked = True
         return built
 

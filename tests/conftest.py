@@ -40,7 +40,7 @@ def tiny_train_tasks() -> list:
 
 
 def oracle_engines():
-    """An engine factory (`RunContext(engine_factory=...)`): every policy generates with the named fake
+    """An engine factory (`open_run(..., engine_factory=...)`): every policy generates with the named fake
     `OracleEngine` (solves every other episode of a test-tiny training task; on any other task it calls the
     tools that need no argument and quotes the last result, which answers the scripted teacher's synthesized
     tasks: verification admits them); the tiny model is still the one trained."""
@@ -52,7 +52,7 @@ def oracle_engines():
 
 
 def scripted_teachers(ctx, policy_round: int):
-    """A teacher factory (`RunContext(teacher_factory=...)`): the scripted fake teacher."""
+    """A teacher factory (`open_run(..., teacher_factory=...)`): the scripted fake teacher."""
     from tests.fakes.teacher import ScriptedTeacher
 
     return ScriptedTeacher(ctx.use_policy(policy_round).tokenizer, ctx.env_tasks("train"))
@@ -67,13 +67,12 @@ def run_evolved(root: Path, run: str = "evo", rounds: int = 2) -> dict:
 
     from coevolve.config import load_config
     from coevolve.flows.coevolve import run_context
-    from coevolve.pipeline.context import RunContext
+    from coevolve.stages.run_context import open_run
 
     @flow(name="coevolve-with-fakes")
     def evolve_with_fakes(root: str, run: str, rounds: int) -> dict:
         cfg = load_config(CONFIGS / "test-tiny.yaml", ["evolve.every=1"])
-        ctx = RunContext.create(cfg, run, Path(root), engine_factory=oracle_engines(),
-                                teacher_factory=scripted_teachers)
+        ctx = open_run(cfg, run, Path(root), engine_factory=oracle_engines(), teacher_factory=scripted_teachers)
         return run_context(ctx, rounds=rounds)
 
     return evolve_with_fakes(str(root), run, rounds)
@@ -93,11 +92,11 @@ def fake_context(cfg, root, tokenizer, *, solve="alternate"):
     the one loaded and trained). On a task it does not know (a synthesized one, at verification) the
     policy calls the tools that need no argument and quotes the last result, which answers the scripted
     teacher's tasks: verification admits them."""
-    from coevolve.pipeline.context import RunContext
+    from coevolve.stages.run_context import open_run
     from tests.fakes.teacher import OracleEngine, ScriptedTeacher
 
-    train = RunContext.create(cfg, "evo", root).env_tasks("train")
-    return RunContext.create(
+    train = open_run(cfg, "evo", root).env_tasks("train")
+    return open_run(
         cfg, "evo", root, quiet=True,
         engine_factory=lambda policy: OracleEngine(policy.tokenizer, train, solve=solve, explore_unknown=True,
                                                    version=policy.version),

@@ -33,9 +33,9 @@ def measure_gap_families(plan: Plan, out: Path) -> str:
     from coevolve.benchmarks.learning.runs import prepare
     from coevolve.config import load_config
     from coevolve.envs.toolworld.tasks import GAP_TEMPLATES
-    from coevolve.pipeline.context import RunContext
     from coevolve.pipeline.runner import run_stage
     from coevolve.stages.baseline.stage import BASELINE
+    from coevolve.stages.run_context import open_run
     from coevolve.storage.parquet import write_table, write_text_atomic
 
     plan, root = prepare(replace(plan, arms=("grpo",)))  # the shared warm start only
@@ -44,7 +44,7 @@ def measure_gap_families(plan: Plan, out: Path) -> str:
                                        "eval.greedy=false", "eval.baseline=true"])  # fmt: skip
     options = {**config.env.options, "gap_families": candidates}
     config = config.model_copy(update={"env": config.env.model_copy(update={"options": options})})
-    ctx = RunContext.create(config, f"{plan.experiment.prefix}-gap-families", root)
+    ctx = open_run(config, f"{plan.experiment.prefix}-gap-families", root)
     write_text_atomic(config.to_yaml(), ctx.store.layout.config_path)
     record = run_stage(BASELINE, ctx, 0)
     evals = pl.from_arrow(ctx.store.read(0, "baseline", "evals"))

@@ -52,11 +52,11 @@ def test_two_processes_update_like_one(tmp_path, launcher, request):
     """Data parallel (whole copies), FSDP (sharded weights) or two machines (a worker joining each launch):
     the same update as one process."""
     from coevolve.config import load_config
-    from coevolve.pipeline.context import RunContext
     from coevolve.pipeline.runner import run_stage
     from coevolve.stages.bootstrap.stage import BOOTSTRAP
     from coevolve.stages.grpo_update.stage import GRPO_UPDATE
     from coevolve.stages.rollout.stage import ROLLOUT
+    from coevolve.stages.run_context import open_run
     from coevolve.storage.catalog import query
 
     worker = request.getfixturevalue("second_machine") if launcher == "two-machines.yaml" else None
@@ -64,8 +64,8 @@ def test_two_processes_update_like_one(tmp_path, launcher, request):
     contexts = {}
     three = ["rollout.tasks_per_round=3"]  # 3 groups, one micro-batch each: process 1 has one pass fewer
     for run, overrides in [("one", three), ("two", [*three, f"train.accelerate_config={launcher}"])]:
-        ctx = RunContext.create(load_config(CONFIGS / "test-tiny.yaml", overrides), run, tmp_path, quiet=True,
-                                engine_factory=oracle_engines())
+        ctx = open_run(load_config(CONFIGS / "test-tiny.yaml", overrides), run, tmp_path, quiet=True,
+                       engine_factory=oracle_engines())
         run_stage(BOOTSTRAP, ctx, 0)
         for round_ in (0, 1):
             run_stage(ROLLOUT, ctx, round_)
@@ -107,14 +107,14 @@ def test_two_processes_update_like_one(tmp_path, launcher, request):
 
 def test_a_missing_accelerate_config_names_the_field(tmp_path):
     from coevolve.config import load_config
-    from coevolve.pipeline.context import RunContext
     from coevolve.pipeline.runner import run_stage
     from coevolve.stages.bootstrap.stage import BOOTSTRAP
     from coevolve.stages.grpo_update.stage import GRPO_UPDATE
     from coevolve.stages.rollout.stage import ROLLOUT
+    from coevolve.stages.run_context import open_run
 
     config = load_config(CONFIGS / "test-tiny.yaml", ["train.accelerate_config=nowhere/accelerate.yaml"])
-    ctx = RunContext.create(config, "broken", tmp_path, quiet=True)
+    ctx = open_run(config, "broken", tmp_path, quiet=True)
     run_stage(BOOTSTRAP, ctx, 0)
     run_stage(ROLLOUT, ctx, 0)
     with pytest.raises(FileNotFoundError, match="train.accelerate_config: no accelerate config file"):

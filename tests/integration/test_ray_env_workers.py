@@ -121,22 +121,22 @@ def test_a_dead_actor_is_an_episode_error_and_leaves_the_pool(ray_head):
 
 
 def test_stages_run_their_episodes_in_actors_with_the_same_results(ray_head, tmp_path):
-    from coevolve.pipeline.context import RunContext
     from coevolve.pipeline.runner import run_stage
     from coevolve.stages.baseline.stage import BASELINE
     from coevolve.stages.bootstrap.stage import BOOTSTRAP
     from coevolve.stages.rollout.stage import ROLLOUT
+    from coevolve.stages.run_context import open_run
     from coevolve.storage.catalog import query
 
     rows = {}
     for where, overrides in [("local", []), ("ray", [f"runtime.ray_address={ray_head}"])]:
-        ctx = RunContext.create(_config(overrides), where, tmp_path, quiet=True)
+        ctx = open_run(_config(overrides), where, tmp_path, quiet=True)
         for stage in (BOOTSTRAP, BASELINE, ROLLOUT):
             assert not run_stage(stage, ctx, 0).cached
         if where == "ray":
             # rollout: 2 tasks x k=4 concurrent episodes, one actor each; the baseline's 4 reused
-            assert ctx._ray_pool.size == 8
-            ctx._ray_pool.shutdown()
+            assert ctx.remote_envs.size == 8
+            ctx.remote_envs.shutdown()
         rows[where] = query(
             tmp_path,
             f"SELECT source, task_id, sample, reward, success, messages "

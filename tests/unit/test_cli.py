@@ -70,9 +70,9 @@ def _outputs(stage: str, round_: int) -> dict:
 
 
 def context(layout: RunLayout):
-    from coevolve.pipeline.context import RunContext
+    from coevolve.stages.run_context import open_run
 
-    return RunContext.create(load_config(layout.config_path), layout.run, layout.root, quiet=True)
+    return open_run(load_config(layout.config_path), layout.run, layout.root, quiet=True)
 
 
 # --- help -----------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from coevolve.config import ConfigError, load_config
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.runner import run_stage
 from coevolve.stages.baseline.stage import BASELINE
+from coevolve.stages.run_context import open_run
 from coevolve.storage.catalog import query
 from tests.conftest import CONFIGS
 from tests.fakes.teacher import OracleEngine
@@ -20,9 +21,9 @@ RUN = "learning-grpo-s0"  # a name the learning benchmark's tables read
 
 def alternating_context(root, *overrides: str) -> RunContext:
     cfg = load_config(CONFIGS / "test-tiny.yaml", ["eval.max_tasks=3", *overrides])
-    test = RunContext.create(cfg, RUN, root).env_tasks("test")
-    return RunContext.create(cfg, RUN, root, quiet=True,
-                             engine_factory=lambda policy: OracleEngine(policy.tokenizer, test, solve="alternate"))
+    test = open_run(cfg, RUN, root).env_tasks("test")
+    return open_run(cfg, RUN, root, quiet=True,
+                    engine_factory=lambda policy: OracleEngine(policy.tokenizer, test, solve="alternate"))
 
 
 def test_each_task_is_scored_by_the_mean_of_its_sampled_episodes(tmp_path):

@@ -89,9 +89,9 @@ def _write_rollout(ctx, round_: int, rewards: dict[str, list[float]]) -> None:
 
 
 def test_signals_stage_marks_every_round_since_the_last_evolution(tmp_path):
-    from coevolve.pipeline.context import RunContext
+    from coevolve.stages.run_context import open_run
 
-    ctx = RunContext.create(
+    ctx = open_run(
         config("evolve.every=2", "signals.kinds=[forgetting, boundary]"), "led", tmp_path, quiet=True
     )
     _write_rollout(ctx, 0, {"a": [1, 1], "b": [0, 0]})

@@ -177,7 +177,7 @@ def test_client_errors_fail_at_once_and_unknown_shapes_are_errors():
 
 def test_make_teacher_openai_uses_the_configured_server(tmp_path):
     from coevolve.config import parse_config
-    from coevolve.pipeline.context import RunContext
+    from coevolve.stages.run_context import open_run
 
     with FakeOpenAIServer(chat_replies=[json.dumps({"plan": "p"})]) as server:
         cfg = parse_config(
@@ -192,7 +192,7 @@ def test_make_teacher_openai_uses_the_configured_server(tmp_path):
             },
             source="test",
         )
-        teacher = RunContext.create(cfg, "t", tmp_path, quiet=True).make_teacher(-1)
+        teacher = open_run(cfg, "t", tmp_path, quiet=True).make_teacher(-1)
         reply = teacher.complete(
             [[{"role": "user", "content": "reflect"}]], teacher.settings.text_sampling(0)
         )
@@ -202,13 +202,13 @@ def test_make_teacher_openai_uses_the_configured_server(tmp_path):
 
 def test_make_teacher_local_loads_its_own_model_once(tmp_path):
     from coevolve.config import parse_config
-    from coevolve.pipeline.context import RunContext
     from coevolve.prompts import REFLECT_PREFIX
+    from coevolve.stages.run_context import open_run
 
     cfg = parse_config({"model": {"name": "tiny-random-llama"},
                         "teacher": {"type": "local", "model": "tiny-random-llama", "max_new_tokens": 4}},
                        source="test")  # fmt: skip
-    ctx = RunContext.create(cfg, "t", tmp_path, quiet=True)
+    ctx = open_run(cfg, "t", tmp_path, quiet=True)
     teacher, again = ctx.make_teacher(-1), ctx.make_teacher(3)
     assert teacher.version == again.version == "local:tiny-random-llama:float32"
     assert again.engine is teacher.engine  # loaded once per process, whatever the round

@@ -7,12 +7,13 @@ of the repository is one package of the namespace `coevolve` (`FOLDERS`: `flows/
     0  coevolve/     shared ids and types, the run config, child processes, file hashes, the prompt loader
     1  storage/ envs/ llm/ rl/   (envs and rl may use llm: its tool-call parser, its chat template)
     2  agents/ ui/   policy, teacher, episode loop, ledger rows; the web view (reads storage only)
-    3  executors/ stages/<phase>/ (but stage.py)   where work runs; each phase's logic
-    4  pipeline/     stage contract, run context, runner
-    5  stages/plan.py, stages/<phase>/stage.py      each stage's declaration; the round plan
-    6  flows/        the Prefect flow, run resolution, fork, summaries
-    7  benchmarks/   the benchmark suite
-    8  cli/          the command line, over everything (`coevolve bench` included)
+    3  executors/ stages/<phase>/ (but stage.py) pipeline/   where work runs; each phase's logic; the stage
+                     contract, run context and runner (none of the three imports another)
+    4  stages/plan.py, stages/run_context.py, stages/<phase>/stage.py   each stage's declaration; the round
+                     plan; opening a run (its context with warm starts and Ray environments wired in)
+    5  flows/        the Prefect flow, run resolution, fork, summaries
+    6  benchmarks/   the benchmark suite
+    7  cli/          the command line, over everything (`coevolve bench` included)
 
 `stages/` holds two layers: a phase's logic (`coevolve.stages.*`, pure functions that import nothing of
 `pipeline`) and its declaration (`stage.py`, the `StageDef` wiring that logic to the runner).
@@ -31,12 +32,11 @@ LAYERS = {
     "coevolve": 0,
     "coevolve.storage": 1, "coevolve.envs": 1, "coevolve.llm": 1, "coevolve.rl": 1,
     "coevolve.agents": 2, "coevolve.ui": 2,
-    "coevolve.executors": 3, "coevolve.stages.*": 3,
-    "coevolve.pipeline": 4,
-    "coevolve.stages": 5,
-    "coevolve.flows": 6,
-    "coevolve.benchmarks": 7,
-    "coevolve.cli": 8,
+    "coevolve.executors": 3, "coevolve.stages.*": 3, "coevolve.pipeline": 3,
+    "coevolve.stages": 4,
+    "coevolve.flows": 5,
+    "coevolve.benchmarks": 6,
+    "coevolve.cli": 7,
 }  # fmt: skip
 SIDEWAYS = {("coevolve.envs", "coevolve.llm"), ("coevolve.rl", "coevolve.llm")}
 """Same-layer imports that are allowed: environments parse replies with llm's tool-call parser; a checkpoint
@@ -48,6 +48,8 @@ FOLDERS = {"coevolve": "coevolve", "agents": "coevolve.agents", "benchmarks": "c
            "storage": "coevolve.storage", "ui": "coevolve.ui"}  # fmt: skip
 PHASE_LOGIC = ("stages", "coevolve.stages.*")
 """The second package of `stages/`: every module of a phase's folder but its `stage.py`."""
+STAGE_WIRING = ("coevolve.stages.plan", "coevolve.stages.run_context")
+"""The modules of `stages/` outside a phase's folder, on the declarations' layer."""
 MAX_LINES = 400
 
 
@@ -73,7 +75,7 @@ def imports(path: Path) -> set[str]:
 
 
 def layer_of(module: str) -> tuple[str, int]:
-    if module.startswith("coevolve.stages.") and module != "coevolve.stages.plan" and not module.endswith(".stage"):
+    if module.startswith("coevolve.stages.") and module not in STAGE_WIRING and not module.endswith(".stage"):
         return "coevolve.stages.*", LAYERS["coevolve.stages.*"]
     for package, layer in sorted(LAYERS.items(), key=lambda item: -len(item[0])):
         if module == package or module.startswith(package + "."):

@@ -18,7 +18,6 @@ import torch
 
 from coevolve import file_hashes
 from coevolve.config import load_config
-from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.runner import is_cached, run_stage, stage_key
 from coevolve.pipeline.stage import StageDef, StageResult
 from coevolve.rl import checkpoint as rl_checkpoint
@@ -26,6 +25,7 @@ from coevolve.rl.checkpoint import CorruptCheckpointError, load_weights, save_ch
 from coevolve.stages.bootstrap.stage import BOOTSTRAP
 from coevolve.stages.grpo_update.stage import GRPO_UPDATE
 from coevolve.stages.rollout.stage import ROLLOUT
+from coevolve.stages.run_context import open_run
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.manifest import Manifest
 from coevolve.storage.parquet import ArtifactError, read_table
@@ -189,7 +189,7 @@ def test_a_cache_hit_means_the_artifact_hashes_as_recorded_whatever_its_mtime(tm
     rows = _rows("evals", 50)
     stage = StageDef("evaluate", 1, config=("eval",), reads={},
                      compute=lambda ctx, round_, inputs: StageResult({"evals": rows}, {}))  # fmt: skip
-    ctx = RunContext.create(CONFIG, "demo", tmp_path, quiet=True)
+    ctx = open_run(CONFIG, "demo", tmp_path, quiet=True)
     assert not run_stage(stage, ctx, 0).cached
     assert run_stage(stage, ctx, 0).cached
     path = ctx.store.layout.artifact_path(0, "evaluate", "evals")

@@ -23,6 +23,7 @@ from coevolve.pipeline.runner import is_cached, run_stage, stage_key
 from coevolve.rl.checkpoint import OPTIMIZER_DROPPED, OPTIMIZER_FILE, read_optimizer_state
 from coevolve.stages.grpo_update.stage import GRPO_UPDATE
 from coevolve.stages.plan import round_plan
+from coevolve.stages.run_context import open_run
 from coevolve.storage.layout import checkpoint_name
 from coevolve.storage.store import RunStore
 from tests.conftest import CONFIGS, fake_context
@@ -92,7 +93,7 @@ def test_a_long_progress_writes_a_line_per_quarter_and_one_after_each_quiet_half
 
 def test_the_cli_piped_prints_plain_stage_lines_without_escape_codes(tmp_path, monkeypatch):
     monkeypatch.delenv("PREFECT_API_URL", raising=False)
-    ctx = RunContext.create(CONFIG, "piped", tmp_path, quiet=True)
+    ctx = open_run(CONFIG, "piped", tmp_path, quiet=True)
     save_resolved_config(ctx)
     run_stage(round_plan(CONFIG, 0)[0], ctx, 0)
     result = CliRunner().invoke(app, ["stage", "bootstrap", "--run", "piped", "--round", "0", "--force",

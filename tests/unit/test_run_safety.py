@@ -13,6 +13,7 @@ from coevolve.pipeline.runner import run_stage
 from coevolve.stages.bootstrap.stage import BOOTSTRAP
 from coevolve.stages.grpo_update.stage import GRPO_UPDATE
 from coevolve.stages.rollout.stage import ROLLOUT
+from coevolve.stages.run_context import open_run
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.lock import RunLockedError, run_lock
 from coevolve.storage.parquet import ArtifactError
@@ -32,14 +33,14 @@ def test_a_second_writer_is_told_who_holds_the_run(tmp_path):
 @pytest.fixture(scope="module")
 def updated(tmp_path_factory):
     """Round 0 of test-tiny up to its update."""
-    ctx = RunContext.create(load_config(CONFIGS / "test-tiny.yaml"), "ck", tmp_path_factory.mktemp("ck"), quiet=True)
+    ctx = open_run(load_config(CONFIGS / "test-tiny.yaml"), "ck", tmp_path_factory.mktemp("ck"), quiet=True)
     for stage in (BOOTSTRAP, ROLLOUT, GRPO_UPDATE):
         run_stage(stage, ctx, 0)
     return ctx
 
 
 def fresh(ctx) -> RunContext:
-    return RunContext.create(ctx.config, ctx.run, ctx.store.layout.root, quiet=True)
+    return open_run(ctx.config, ctx.run, ctx.store.layout.root, quiet=True)
 
 
 def test_a_truncated_checkpoint_recomputes_its_update_and_a_pruned_one_does_not(updated):

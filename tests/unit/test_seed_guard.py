@@ -5,9 +5,9 @@ without a twin is the same as before the guard."""
 from __future__ import annotations
 
 from coevolve.config import load_config
-from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.runner import run_stage
 from coevolve.stages.bootstrap.stage import BOOTSTRAP
+from coevolve.stages.run_context import open_run
 from coevolve.stages.verify.contamination import HeldOut
 from coevolve.storage.datasets import seed_sample
 from tests.conftest import CONFIGS
@@ -15,7 +15,7 @@ from tests.conftest import CONFIGS
 
 def bootstrap(tmp_path, config: str):
     cfg = load_config(CONFIGS / config)
-    ctx = RunContext.create(cfg, "guard", tmp_path, quiet=True)
+    ctx = open_run(cfg, "guard", tmp_path, quiet=True)
     manifest = run_stage(BOOTSTRAP, ctx, 0).manifest
     return cfg, ctx, manifest
 

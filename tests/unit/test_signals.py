@@ -281,12 +281,12 @@ def test_missing_columns_are_reported():
 
 def _stage_context(tmp_path, every: int, window: int):
     from coevolve.config import load_config
-    from coevolve.pipeline.context import RunContext
+    from coevolve.stages.run_context import open_run
     from tests.conftest import CONFIGS
 
     config = load_config(CONFIGS / "test-tiny.yaml", [
         f"evolve.every={every}", f"signals.window={window}", "signals.kinds=[rare]", "explore.rounds=1"])
-    return RunContext.create(config, "window", tmp_path, quiet=True)
+    return open_run(config, "window", tmp_path, quiet=True)
 
 
 def _write_rollout(ctx, round_: int, uses: dict[str, list[str]]) -> None:

@@ -7,16 +7,16 @@ from __future__ import annotations
 import pytest
 
 from coevolve.config import load_config
-from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.declared import UndeclaredConfigError
 from coevolve.pipeline.runner import run_stage
 from coevolve.pipeline.stage import StageDef, StageResult
+from coevolve.stages.run_context import open_run
 from tests.conftest import CONFIGS
 
 
 @pytest.fixture
 def ctx(tmp_path):
-    return RunContext.create(load_config(CONFIGS / "test-tiny.yaml"), "demo", tmp_path, quiet=True)
+    return open_run(load_config(CONFIGS / "test-tiny.yaml"), "demo", tmp_path, quiet=True)
 
 
 def reading(config: tuple[str, ...], read) -> StageDef:

@@ -8,9 +8,9 @@ import errno
 import pytest
 
 from coevolve.config import load_config
-from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.runner import DiskFullError, run_stage
 from coevolve.pipeline.stage import StageDef, StageResult
+from coevolve.stages.run_context import open_run
 from coevolve.storage.parquet import ArtifactError
 from tests.conftest import CONFIGS
 
@@ -26,7 +26,7 @@ def _stage(name: str, failure: Exception | None = None) -> StageDef:
 
 @pytest.fixture
 def ctx(tmp_path):
-    return RunContext.create(load_config(CONFIGS / "test-tiny.yaml"), "demo", tmp_path, quiet=True)
+    return open_run(load_config(CONFIGS / "test-tiny.yaml"), "demo", tmp_path, quiet=True)
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import pytest
 
 from coevolve.config import ConfigError, load_config
 from coevolve.llm.models import resolve_model
-from coevolve.pipeline.context import RunContext
+from coevolve.stages.run_context import open_run
 from coevolve.stages.warm_start.build import RECORD, with_warm_starts
 from tests.conftest import CONFIGS
 
@@ -46,13 +46,13 @@ def test_a_run_builds_its_starts_once_and_saves_the_config_as_written(tmp_path, 
 
     monkeypatch.setenv("COEVOLVE_CACHE", str(tmp_path / "cache"))
     spec = load_config(CONFIGS / "test-tiny.yaml", TINY_STARTS)
-    ctx = RunContext.create(spec, "starts", tmp_path / "runs")
+    ctx = open_run(spec, "starts", tmp_path / "runs")
     ctx.build_warm_starts()
     policy, teacher = resolve_model(ctx.config.model.name), resolve_model(ctx.config.teacher.model)
     assert policy.parent == teacher.parent == tmp_path / "cache" / "warm-start"
     assert json.loads((teacher / RECORD).read_text())["start"] == f"warm-start/{policy.name}"
     stamps = [(path / RECORD).stat().st_mtime_ns for path in (policy, teacher)]
-    again = RunContext.create(spec, "starts-2", tmp_path / "runs")
+    again = open_run(spec, "starts-2", tmp_path / "runs")
     again.build_warm_starts()
     assert again.config == ctx.config and [(p / RECORD).stat().st_mtime_ns for p in (policy, teacher)] == stamps
     assert again.use_policy(-1).model.config.model_type == "llama"
@@ -73,14 +73,14 @@ def test_the_warm_start_step_records_which_starts_a_run_uses(tmp_path, monkeypat
     assert "warm-start" not in [s.name for s in round_plan(spec, 1)]
     assert "warm-start" not in [s.name for s in round_plan(load_config(CONFIGS / "test-tiny.yaml"), 0)]
 
-    ctx = RunContext.create(spec, "starts", tmp_path / "runs")
+    ctx = open_run(spec, "starts", tmp_path / "runs")
     first = run_stage(WARM_START, ctx, 0).manifest.outputs
     assert first["policy"]["name"] == ctx.config.model.name and first["teacher"]["name"] == ctx.config.teacher.model
     assert first["policy"]["built_now"] and first["teacher"]["built_now"] and first["policy"]["settings"]["tasks"] == 2
     weights = resolve_model(ctx.config.model.name) / "model.safetensors"
     assert first["policy"]["weights_sha256"] == {"model.safetensors": file_sha256(weights)}
 
-    other = RunContext.create(spec, "starts-2", tmp_path / "runs")  # another run on this machine: found, not built
+    other = open_run(spec, "starts-2", tmp_path / "runs")  # another run on this machine: found, not built
     second = run_stage(WARM_START, other, 0).manifest.outputs
     assert not second["policy"]["built_now"] and second["policy"]["weights_sha256"] == first["policy"]["weights_sha256"]
     assert run_stage(WARM_START, ctx, 0).cached
