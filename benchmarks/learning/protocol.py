@@ -4,8 +4,11 @@ Every development decision (config, rounds, arms' overrides, the number of seeds
 that evaluate the tool world's `validation` split only (`Plan.phase = "validation"`). Once the plan is
 settled, `--freeze` records its fingerprint (`outcomes.plan_fingerprint`: config text, rounds, overrides,
 teacher build) with the seeds and arms in `frozen-plan.json`; `--final` then runs the same plan evaluating
-`test` and `heldout-templates`, and refuses any plan whose fingerprint differs from the frozen one. A
-changed config after the freeze needs a new freeze, which the record's history shows.
+`test` and `heldout-templates`, and refuses any plan whose fingerprint differs from the frozen one, or that
+runs an arm the frozen plan does not have. A final invocation of teacherless arms only (it builds no
+teacher) matches the frozen plan's fingerprint without the teacher build, as their outcomes do
+(`outcomes.same_plan`): the final can run arm by arm over several sittings. A changed config after the
+freeze needs a new freeze, which the record's history shows.
 
 The number of seeds comes from the pilots: `seeds_for_power` on the spread of the per-seed differences
 between arms on validation, on the regime's endpoint, for a true difference of the regime's `effect`
@@ -34,7 +37,8 @@ def freeze(plan: Plan, root: Path, folder: Path) -> dict:
     from coevolve.benchmarks.record import current_commit
 
     path = folder / FROZEN
-    frozen = {"fingerprint": plan_fingerprint(plan, root), "config": str(plan.config), "rounds": plan.rounds,
+    frozen = {"fingerprint": plan_fingerprint(plan, root), "teacherless": plan_fingerprint(plan, root, teacher=False),
+              "config": str(plan.config), "rounds": plan.rounds,
               "overrides": [o.replace(str(root), "<root>") for o in plan.overrides], "seeds": plan.seeds,
               "arms": list(plan.arms), "date": datetime.date.today().isoformat(), "commit": current_commit()}  # fmt: skip
     if path.exists():
@@ -55,7 +59,13 @@ def check_frozen(plan: Plan, root: Path, folder: Path) -> dict:
     if not path.exists():
         raise ProtocolError(f"no frozen plan at {path}: develop on validation, then `--freeze`, before `--final`")
     frozen = json.loads(path.read_text())
-    if frozen["fingerprint"] != plan_fingerprint(plan, root):
+    others = [arm for arm in plan.arms if arm not in frozen["arms"]]
+    if others:
+        raise ProtocolError(f"arms {', '.join(others)} are not in the plan frozen in {path} (arms "
+                            f"{', '.join(frozen['arms'])}): the final report runs the frozen plan only")  # fmt: skip
+    mine = plan_fingerprint(plan, root)
+    builds_no_teacher = mine == plan_fingerprint(plan, root, teacher=False)
+    if mine != frozen["fingerprint"] and not (builds_no_teacher and mine == frozen.get("teacherless")):
         raise ProtocolError(f"the plan differs from the one frozen in {path} ({frozen['date']}, config "
                             f"{frozen['config']}, {frozen['rounds']} rounds, overrides {frozen['overrides']}): "
                             "the final report runs the frozen plan only")  # fmt: skip
