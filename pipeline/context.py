@@ -7,9 +7,9 @@ The parts a test replaces enter here, never by patching modules: `engine_factory
 inference engine from its loaded model (default: `HfEngine` in process, `OpenAIEngine` with
 `model.servers`), `teacher_factory` builds the teacher of a round (default: `agents.teacher.make_teacher`).
 
-What the context builds with code of the layer above it comes in as `RunServices`: the warm starts of the
-config's `warm_start` section (`stages/warm_start/build.py`) and environments in Ray actors
-(`executors/ray_envs.py`). `stages.run_context.open_run` wires them; that is how a run is opened:
+What the context builds with code `pipeline` may not import (a phase's logic and the executors share its
+floor) comes in as `RunServices`: the warm starts of the config's `warm_start` section
+(`stages/warm_start/build.py`) and environments in Ray actors (`executors/ray_envs.py`). `stages.run_context.open_run` wires them; that is how a run is opened:
 
     ctx = open_run(config, "demo", Path("runs"))
     ctx = open_run(config, "t", tmp, teacher_factory=ScriptedTeacherFactory(...))   # tests
