@@ -7,8 +7,8 @@ command line, the benchmarks and the tests get a run's context.
 
 The services are the warm starts of the config's `warm_start` section (named now, built by the `warm-start`
 step before round 0, or by the first stage that needs one on a machine that lacks it) and, with
-`runtime.ray_address`, environments in Ray actors. Both are code of the phases and executors, a layer
-below the stage declarations and above `pipeline`: wiring them here keeps `pipeline` free of them.
+`runtime.ray_address`, environments in Ray actors. Both are code of the phases and executors, on
+`pipeline`'s floor and below the stage declarations: wiring them here keeps `pipeline` free of them.
 """
 
 from __future__ import annotations
