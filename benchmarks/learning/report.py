@@ -202,9 +202,21 @@ def reproduce_line(plan: Plan) -> str:
             "of an environment seed N that no run used (`flows/reevaluate.py`), and the next report shows it.")
 
 
+def _nothing_to_report(root: Path, plan: Plan, out: Path, planned: Sequence[str], record: pl.DataFrame) -> str:
+    """Why a plan has no outcome to report, in one line: which runs, where they were looked for, which plans
+    the record does hold."""
+    held = ", ".join(sorted(set(record["plan"]))) or "none"
+    return (f"nothing to report: no run of this plan ({describe_runs(planned)}) is stored under {root}, and "
+            f"{out / OUTCOMES} records none of them under this plan's fingerprint {plan_fingerprint(plan, root)} "
+            f"(it holds plans: {held}); the config file's text, rounds, overrides and warm start make the "
+            "fingerprint: pass those of the invocation that measured them")
+
+
 def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
     planned = [plan.run_name(arm, seed) for arm, seed in plan.reported_runs()]
     evals, record = reported_outcomes(root, plan, out)
+    if not evals.height:
+        raise ValueError(_nothing_to_report(root, plan, out, planned, record))
     names = [n for n in planned if (root / f"run={n}").exists()]  # the runs the tables below read
     from_record = sorted(set(evals["run"]) - set(names), key=planned.index)
     missing = [n for n in planned if n not in set(evals["run"])]

@@ -67,3 +67,20 @@ def test_a_plans_per_run_record_is_committed_with_its_outcomes_not_ignored_by_gi
     assert ignored.returncode == 1, f"{record} is ignored by .gitignore: the record would never be committed"
     # ... while a run's storage under the default root stays out of the repository
     assert subprocess.run(["git", "check-ignore", "-q", "runs/demo/x.parquet"], cwd=REPOSITORY).returncode == 0
+
+
+def test_a_report_of_a_plan_with_no_outcomes_says_why_in_one_line(tmp_path, capsys):
+    from coevolve.benchmarks.learning.cli import main
+    from coevolve.benchmarks.learning.outcomes import OUTCOMES
+
+    out = tmp_path / "record"
+    out.mkdir()
+    pl.DataFrame({"run": ["learning-grpo-s0"], "arm": ["grpo"], "seed": [0], "updates": [2], "split": ["test"],
+                  "task_id": ["t"], "family": ["f"], "success": [1.0], "plan": ["another-plan"], "code": [None]},
+                 schema_overrides={"code": pl.String}).write_parquet(out / OUTCOMES)  # fmt: skip
+    with pytest.raises(SystemExit):
+        main(["--quick", "--arms", "grpo", "--root", str(tmp_path / "empty"), "--out", str(out), "--report-only"])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "nothing to report: no run of this plan (grpo s0)" in error
+    assert f"{out / OUTCOMES} records none of them" in error and "it holds plans: another-plan" in error
+    assert not (out / "report.md").exists() and pl.read_parquet(out / OUTCOMES)["plan"].to_list() == ["another-plan"]
