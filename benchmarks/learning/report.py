@@ -208,8 +208,8 @@ def _nothing_to_report(root: Path, plan: Plan, out: Path, planned: Sequence[str]
     held = ", ".join(sorted(set(record["plan"]))) or "none"
     return (f"nothing to report: no run of this plan ({describe_runs(planned)}) is stored under {root}, and "
             f"{out / OUTCOMES} records none of them under this plan's fingerprint {plan_fingerprint(plan, root)} "
-            f"(it holds plans: {held}); the config file's text, rounds, overrides and warm start make the "
-            "fingerprint: pass those of the invocation that measured them")
+            f"(it holds plans: {held}); the config file's text, the rounds, the overrides (warm starts included) "
+            "and the teacher build make the fingerprint: pass those of the invocation that measured them")
 
 
 def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
