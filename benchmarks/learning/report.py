@@ -205,7 +205,7 @@ def reproduce_line(plan: Plan) -> str:
 def _nothing_to_report(root: Path, plan: Plan, out: Path, planned: Sequence[str], record: pl.DataFrame) -> str:
     """Why a plan has no outcome to report, in one line: which runs, where they were looked for, which plans
     the record does hold."""
-    held = ", ".join(sorted(set(record["plan"]))) or "none"
+    held = ", ".join(sorted(set(record["plan"].drop_nulls()))) or "none"
     return (f"nothing to report: no run of this plan ({describe_runs(planned)}) is stored under {root}, and "
             f"{out / OUTCOMES} records none of them under this plan's fingerprint {plan_fingerprint(plan, root)} "
             f"(it holds plans: {held}); the config file's text, the rounds, the overrides (warm starts included) "
