@@ -4,12 +4,13 @@ runs survived (completed afterwards with the rows, and weights, of an uninterrup
     coevolve bench faults                      # from a checkout: runs tests/integration/test_faults.py
 
 Each test of `tests/integration/test_faults.py` injects one fault into `coevolve run` processes (2 rounds of
-test-tiny whose updates move every weight): SIGKILL after a stage's manifest or in the middle of a stage's
-writes (Parquet, manifests, checkpoints) in either round, a second writer on the same run, corrupt Parquet
+test-tiny whose updates move every weight), or as many as its `faults` property says (one run killed at
+each kill point in turn): SIGKILL after a stage's manifest or in the middle of a stage's writes (Parquet,
+manifests, checkpoints) in either round, a second writer on the same run, corrupt Parquet
 and manifest files, a full disk, a checkpoint holding other valid weights (the base model's), a byte
 flipped in a checkpoint with its mtime put back, an update that diverges, SIGKILL of the process holding
-the temporary Prefect server. A fault is survived when its test passes; a fault marked as a known failure
-(xfail) counts as injected and not survived. The counts per kind and the wall time are recorded; the
+the temporary Prefect server. A fault is survived when its test passes; the faults of a test marked as a known
+failure (xfail) count as injected and not survived. The counts per kind and the wall time are recorded; the
 suite's own assertions say what surviving means.
 
 Tests named `test_premise_*` inject nothing: they check what the others rely on (that the updates move
@@ -35,11 +36,11 @@ SUITE = Path("tests/integration/test_faults.py")
 
 
 PREMISE = "test_premise_"
-KILLS = "test_a_run_killed_anywhere_completes_with_the_same_rows"
+KILLS = "test_a_run_killed_at_every_kill_point_in_turn_completes_with_the_same_rows"
 
 
 def kind_of(test_name: str) -> str | None:
-    """`kill` for the parametrised kills, None for a premise (no fault), else the test's name without its
+    """`kill` for the kills, None for a premise (no fault), else the test's name without its
     parameters and its `test_` prefix."""
     name = test_name.partition("[")[0]
     if name.startswith(PREMISE):
@@ -48,8 +49,9 @@ def kind_of(test_name: str) -> str | None:
 
 
 def counts(report: Path) -> tuple[Counter, Counter, list[str]]:
-    """(injected, survived) per kind and the premises that failed, from a JUnit XML report. A skipped test
-    injected nothing; an xfail (`<skipped type="pytest.xfail">`) is a fault injected and not survived."""
+    """(injected, survived) per kind and the premises that failed, from a JUnit XML report. A test injects
+    one fault, or the number its `faults` property records; a skipped test injected nothing; an xfail
+    (`<skipped type="pytest.xfail">`) injected its faults and survived none."""
     injected, survived, premises_failed = Counter(), Counter(), []
     for case in ET.parse(report).getroot().iter("testcase"):
         skipped = case.find("skipped")
@@ -60,8 +62,9 @@ def counts(report: Path) -> tuple[Counter, Counter, list[str]]:
         if kind is None:
             premises_failed += [] if passed else [name]
             continue
-        injected[kind] += 1
-        survived[kind] += passed
+        faults = next((int(p.get("value", 1)) for p in case.iter("property") if p.get("name") == "faults"), 1)
+        injected[kind] += faults
+        survived[kind] += faults * passed
     return injected, survived, premises_failed
 
 
@@ -75,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     report = Path(tempfile.mkdtemp(prefix="coevolve-faults-")) / "faults.xml"
     started = time.perf_counter()
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(SUITE),
-                    f"--junitxml={report}"], cwd=args.repo)  # fmt: skip
+                    f"--junitxml={report}", "-o", "junit_family=xunit1"], cwd=args.repo)  # xunit1 keeps properties  # fmt: skip
     seconds = time.perf_counter() - started
     injected, survived, premises_failed = counts(report)
     for kind in sorted(injected):
@@ -87,5 +90,6 @@ def main(argv: Sequence[str] | None = None) -> None:
                "premises failed": figure(len(premises_failed), "")}  # fmt: skip
     figures |= {f"{kind}: survived of injected": figure(survived[kind] / injected[kind], "") for kind in injected}
     record_result("faults", figures, command=command_line("faults", argv),
-                  note="each fault is one test of tests/integration/test_faults.py (test_premise_* are checks, not "
-                       "faults); survived = the test passed, a known failure (xfail) is not")
+                  note="a fault is one test of tests/integration/test_faults.py, or one of the kill points its kill "
+                       "test walks (test_premise_* are checks, not faults); survived = its test passed, a "
+                       "known failure (xfail) is not")
