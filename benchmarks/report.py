@@ -2,9 +2,12 @@
 
     coevolve bench report            # rewrite benchmarks/RESULTS.md from benchmarks/results/*.jsonl
     coevolve bench report --check    # exit 1 when benchmarks/RESULTS.md is not what the rows give
+    coevolve bench report --retire learning:progress-retain --because "replaced by the pilot's own row"
 
 The current figure of a benchmark (and variant) is its newest row; older rows stay in the JSON Lines
 file as its history, and the dated account of how the figures came about is in `docs/experiments/`.
+A variant whose figures no longer stand (a superseded protocol, a measurement found wrong) is retired:
+a row saying so, and why, is appended, and the variant leaves RESULTS.md; its history stays.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from coevolve.benchmarks.record import read_results, results_dir
+from coevolve.benchmarks.record import command_line, read_results, record_result, results_dir
 from coevolve.benchmarks.suite import BENCHMARKS, argument_parser
 
 HEADER = """# Benchmark results
@@ -41,13 +44,15 @@ def render_figure(name: str, fig: dict) -> str:
 
 
 def current_rows(results: dict[str, list[dict]]) -> list[dict]:
-    """The newest row of each (benchmark, variant), benchmarks in registry order, newest variant first."""
+    """The newest row of each (benchmark, variant) not retired by it, benchmarks in registry order, newest
+    variant first."""
     order = {name: i for i, name in enumerate(BENCHMARKS)}
     newest: dict[tuple[str, str], dict] = {}
     for name, rows in results.items():
         for row in rows:  # oldest first: a later row replaces an earlier one
             newest[(name, row.get("variant", ""))] = row
-    return sorted(newest.values(), key=lambda r: (order.get(r["benchmark"], len(order)), r["benchmark"],
+    standing = [row for row in newest.values() if "retired" not in row]
+    return sorted(standing, key=lambda r: (order.get(r["benchmark"], len(order)), r["benchmark"],
                                                     _negated(r["date"]), r.get("variant", "")))  # fmt: skip
 
 
@@ -71,11 +76,41 @@ def render(results: dict[str, list[dict]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def retire(target: str, because: str | None, argv: Sequence[str] | None) -> str:
+    """Append the row retiring `benchmark:variant` (the one whose current row it is) and return its name."""
+    benchmark, _, variant = target.partition(":")
+    if not because or not because.strip():
+        raise ValueError("--because: say why the retired figures no longer stand (it is the row's note)")
+    rows = read_results().get(benchmark, [])
+    current = [row for row in rows if row.get("variant", "") == variant]
+    if not current or "retired" in current[-1]:
+        standing = sorted({row.get("variant", "") for row in current_rows({benchmark: rows})})
+        raise ValueError(f"--retire {target}: no standing figures of benchmark {benchmark!r} variant {variant!r} "
+                         f"in {results_dir()} (standing variants: {', '.join(map(repr, standing)) or 'none'})")
+    retired = {"commit": current[-1]["commit"], "date": current[-1]["date"]}
+    record_result(benchmark, {}, command=command_line("report", argv), variant=variant, note=because.strip(),
+                  extra={"retired": retired})  # fmt: skip
+    return f"{benchmark} ({variant})" if variant else benchmark
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argument_parser("report", __doc__)
     parser.add_argument("--check", action="store_true", help="exit 1 when the file is out of date, write nothing")
     parser.add_argument("--out", type=Path, help="where to write (default: RESULTS.md next to the results folder)")
+    parser.add_argument("--retire", metavar="BENCHMARK:VARIANT",
+                        help="append a row retiring this variant's current figures (it leaves RESULTS.md), then "
+                             "rewrite RESULTS.md; needs --because")
+    parser.add_argument("--because", help="why the retired figures no longer stand (the row's note)")
     args = parser.parse_args(argv)
+    if args.because is not None and args.retire is None:
+        parser.error("--because goes with --retire")
+    if args.retire is not None and args.check:
+        parser.error("--retire appends a row and rewrites RESULTS.md; --check writes nothing: use one")
+    if args.retire is not None:
+        try:
+            print(f"retired {retire(args.retire, args.because, argv)}")
+        except ValueError as exc:
+            parser.error(str(exc))
     out = args.out or results_dir().parent / "RESULTS.md"
     text = render(read_results())
     if args.check:

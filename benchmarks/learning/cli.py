@@ -67,6 +67,10 @@ def parser() -> argparse.ArgumentParser:
                              "then exit")
     parser.add_argument("--report-only", action="store_true",
                         help="write the report from the stored runs without running anything")
+    parser.add_argument("--result-row", action="store_true",
+                        help="with --report-only: also append the plan's result row, from its record (a plan run "
+                             "over several sittings, once its record holds every run)")
+    parser.add_argument("--note", default="", help="the result row's note (what the figures are, where they are told)")
     parser.add_argument("--root", type=Path, help="storage root (default: COEVOLVE_HOME or runs/)")
     parser.add_argument("--out", type=Path,
                         help=f"where report.md, curves and outcomes.parquet go (default: <root>/{REPORT_FOLDER}; "
@@ -115,6 +119,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             check_frozen(plan, root, args.out)
         except ProtocolError as exc:
             cli.error(str(exc))
+    if args.result_row and not args.report_only:
+        cli.error("--result-row goes with --report-only (a run appends its result row itself)")
     if not args.report_only:
         _check_prefect_api(cli)
         _quiet_transformers()
@@ -126,11 +132,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     except ValueError as exc:  # a record in --out that is unreadable, or of other stage code (MixedCodeError)
         cli.error(str(exc))
     print(text)
-    if args.report_only:  # a report of stored runs measures nothing new: no result row
+    if args.report_only and not args.result_row:  # a report of stored runs measures nothing new: no row
         print(f"outputs in {out}")
         return
     row = record_result("learning", headline(root, plan, out), command=command_line("learning", argv),
-                        variant=_variant(args, out), outputs=_shown(out))  # fmt: skip
+                        variant=_variant(args, out), outputs=_shown(out), note=args.note)  # fmt: skip
     print(f"figures appended to {row['benchmark']}.jsonl; outputs in {out}")
 
 

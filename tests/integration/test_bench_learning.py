@@ -327,3 +327,11 @@ def test_bench_learning_quick_writes_next_to_the_runs_and_appends_a_result_row(t
     assert row["variant"] == "quick" and row["command"].startswith("coevolve bench learning --quick")
     assert "coevolve - grpo, validation" in row["figures"]  # pilots evaluate validation; test needs a frozen plan
     assert row["figures"]["seeds"] == {"value": 1.0, "unit": ""}
+    main([*argv, "--report-only"])  # a report of stored runs measures nothing new
+    assert len(read_results(tmp_path / "results")["learning"]) == 1
+    main([*argv, "--report-only", "--result-row", "--note", "seed 0 of a plan"])  # runs recorded over sittings
+    again = read_results(tmp_path / "results")["learning"][-1]
+    assert again["figures"] == row["figures"] and "--report-only --result-row" in again["command"]
+    assert again["note"] == "seed 0 of a plan"
+    with pytest.raises(SystemExit):
+        main([*argv, "--result-row"])

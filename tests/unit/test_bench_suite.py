@@ -73,6 +73,29 @@ def test_the_report_shows_the_newest_row_of_each_variant(tmp_path):
     assert "success: 3 %" in render(read_results(tmp_path))
 
 
+def test_a_retired_variant_leaves_the_report_and_its_history_stays(tmp_path, monkeypatch, capsys):
+    from coevolve.benchmarks.report import main
+
+    monkeypatch.setenv("COEVOLVE_BENCH_RESULTS", str(tmp_path / "results"))
+    for value, variant in ((1.0, "old-protocol"), (2.0, "pilot")):
+        record_result("learning", {"coevolve - grpo": figure(value, "points")}, command="coevolve bench learning",
+                      variant=variant)  # fmt: skip
+    out = tmp_path / "RESULTS.md"
+    main(["--retire", "learning:old-protocol", "--because", "its tasks were replaced", "--out", str(out)])
+    assert "retired learning (old-protocol)" in capsys.readouterr().out
+    rows = read_results()["learning"]
+    assert len(rows) == 3 and rows[-1]["retired"] == {"commit": rows[0]["commit"], "date": rows[0]["date"]}
+    assert rows[-1]["note"] == "its tasks were replaced" and rows[-1]["command"].startswith("coevolve bench report")
+    assert [r["variant"] for r in current_rows(read_results())] == ["pilot"]
+    assert "old-protocol" not in out.read_text() and "learning (pilot)" in out.read_text()
+    for argv, field in ((["--retire", "learning:old-protocol", "--because", "again"], "no standing figures"),
+                        (["--retire", "learning:pilot"], "--because"), (["--because", "why"], "--retire")):  # fmt: skip
+        with pytest.raises(SystemExit):
+            main([*argv, "--out", str(out)])
+        assert field in capsys.readouterr().err
+    assert len(read_results()["learning"]) == 3  # a refused retirement appends nothing
+
+
 def test_quick_learning_output_never_goes_to_the_committed_results_by_default(tmp_path):
     from coevolve.benchmarks.learning.cli import output_folder, parser
 
