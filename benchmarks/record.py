@@ -78,9 +78,10 @@ def current_commit() -> str:
 
 def record_result(benchmark: str, figures: Mapping[str, dict], *, command: str, variant: str = "",
                   note: str = "", outputs: str = "", directory: Path | None = None,
-                  extra: Mapping[str, object] | None = None) -> dict:  # fmt: skip
+                  extra: Mapping[str, object] | None = None, commit: str | None = None) -> dict:  # fmt: skip
     """Append one row to `<directory>/<benchmark>.jsonl` (default `results_dir()`) and return it; `extra`
-    adds fields (`retired`: the commit and date of the figures a retirement row withdraws).
+    adds fields (`retired`: the commit and date of the figures a retirement row withdraws). `commit`: the
+    checkout's as the benchmark started (default: now), for a benchmark that writes into the checkout.
 
     The append is atomic: under an exclusive lock on the folder, the file with the new row is written
     to a temporary name and renamed over the old one, so a reader or a killed writer never sees half a
@@ -90,7 +91,7 @@ def record_result(benchmark: str, figures: Mapping[str, dict], *, command: str, 
                 and isinstance(value.get("unit"), str)):  # fmt: skip
             raise ValueError(f"figure {name!r} of {benchmark}: expected figure(value, unit), got {value!r}")
     row = {"benchmark": benchmark, "variant": variant, "date": datetime.date.today().isoformat(),
-           "commit": current_commit(), "machine": machine(), "command": command, "figures": dict(figures)}  # fmt: skip
+           "commit": commit or current_commit(), "machine": machine(), "command": command, "figures": dict(figures)}  # fmt: skip
     row |= {key: value for key, value in (("note", note), ("outputs", outputs)) if value}
     row |= dict(extra or {})
     append_row(row, (directory or results_dir()) / f"{benchmark}.jsonl")

@@ -22,7 +22,7 @@ from coevolve.benchmarks.learning.plan import ARMS, REGIMES, Plan
 from coevolve.benchmarks.learning.report import report
 from coevolve.benchmarks.learning.runs import prepare, run_arms
 from coevolve.benchmarks.learning.statistics import differences, paired_test
-from coevolve.benchmarks.record import REPO, RESULTS, command_line, figure, record_result
+from coevolve.benchmarks.record import REPO, RESULTS, command_line, current_commit, figure, record_result
 from coevolve.benchmarks.suite import argument_parser
 from coevolve.rl.warm_start import WarmStart
 
@@ -94,6 +94,7 @@ def output_folder(args: argparse.Namespace, root: Path) -> Path:
 def main(argv: Sequence[str] | None = None) -> None:
     cli = parser()
     args = cli.parse_args(argv)
+    commit = current_commit()  # before the outputs, which may go into the checkout, are written
     if args.root is not None:
         os.environ["COEVOLVE_HOME"] = str(args.root)
     try:
@@ -136,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"outputs in {out}")
         return
     row = record_result("learning", headline(root, plan, out), command=command_line("learning", argv),
-                        variant=_variant(args, out), outputs=_shown(out), note=args.note)  # fmt: skip
+                        variant=_variant(args, out), outputs=_shown(out), note=args.note, commit=commit)  # fmt: skip
     print(f"figures appended to {row['benchmark']}.jsonl; outputs in {out}")
 
 
