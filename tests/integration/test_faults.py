@@ -179,14 +179,14 @@ def test_premise_the_updates_move_every_weight(reference):
 
 
 def test_a_checkpoint_holding_other_weights_is_not_trained_on(tmp_path, prefect_server, reference):
-    """A run killed between its rounds; round 0's checkpoint then holds the base model's weights (a valid file
-    of the same size, its mtime put back). The continued run recomputes round 0's update and ends with the
-    uninterrupted run's rows and weights. Catches a resume that trusts a checkpoint by its name, size or
-    mtime: round 1 would start from the base model, and its weights would differ."""
+    """A copy of the finished run whose round 0 checkpoint then holds the base model's weights (a valid file
+    of the same size, its mtime put back). The continued run recomputes round 0's update, and round 1's after
+    it, and ends with the uninterrupted run's rows and weights. Catches a resume that trusts a checkpoint by
+    its name, size or mtime: the run would keep the base model's weights as round 0's, and a run continued
+    from them would train on them."""
     from coevolve.llm.models import resolve_model
 
-    killed = coevolve(tmp_path, prefect_server, kill="after:round=0/stage=evaluate/_manifest.json:1")
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    shutil.copytree(reference[0] / "run=faults", tmp_path / "run=faults")
     base = (resolve_model(TINY) / "model.safetensors").read_bytes()
     overwrite_keeping_mtime(weights_file(tmp_path, 0), base)
     again = coevolve(tmp_path, prefect_server)
