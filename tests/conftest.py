@@ -15,12 +15,6 @@ import pytest
 
 from coevolve.processes import free_port
 
-# One math thread per process, for this process and every run, server and worker it starts (set before
-# torch is imported): the suite's models are tiny, so a second thread costs more in synchronisation than it
-# computes, and the suite's processes already share the cores. On 2 cores it cut the suite's CPU time by
-# 18 % and its wall time by 16 %, with the same tests passing.
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")  # INFO still reaches the API
 
