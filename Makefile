@@ -24,11 +24,16 @@ demo: $(STAMP)
 notebook: $(STAMP)
 	COEVOLVE_HOME=$(CURDIR)/runs RUN=demo FIGURES=$(CURDIR)/docs/figures $(BIN)/jupyter execute --inplace notebooks/explore_run.ipynb
 
+# The suite in TEST_JOBS processes (pytest-xdist), a test file per process at a time, so a file's module
+# fixtures are built once; TEST_JOBS=1 runs it in this process.
+TEST_JOBS ?= 2
+PYTEST := $(BIN)/pytest -q $(if $(filter 1,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
+
 test: $(STAMP)
-	$(BIN)/pytest -q
+	$(PYTEST)
 
 test-fast: $(STAMP)
-	$(BIN)/pytest -q -m "not slow"
+	$(PYTEST) -m "not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

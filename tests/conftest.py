@@ -15,6 +15,13 @@ import pytest
 
 from coevolve.processes import free_port
 
+if workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    # `make test` runs the suite in several processes (pytest-xdist): each takes its share of the cores for
+    # its math threads, and so do the processes its tests start (they inherit the variables); torch reads
+    # them when first imported, after this file
+    threads = str(max(1, (os.cpu_count() or 1) // int(workers)))
+    os.environ.setdefault("OMP_NUM_THREADS", threads)
+    os.environ.setdefault("MKL_NUM_THREADS", threads)
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")  # INFO still reaches the API
 

@@ -40,7 +40,9 @@ def markdown_table(frame: pl.DataFrame, percent: Sequence[str] = ()) -> str:
             return "-"
         if column in percent:
             return f"{100 * float(value):.1f} %"
-        return f"{value:.1f}" if isinstance(value, float) else str(value)
+        if isinstance(value, float):  # counts and seconds of thousands: whole, with separators
+            return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.1f}"
+        return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
 
     lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
     lines += ["| " + " | ".join(cell(c, v) for c, v in zip(frame.columns, row, strict=True)) + " |"
