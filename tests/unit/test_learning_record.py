@@ -84,3 +84,11 @@ def test_a_report_of_a_plan_with_no_outcomes_says_why_in_one_line(tmp_path, caps
     assert "nothing to report: no run of this plan (grpo s0)" in error
     assert f"{out / OUTCOMES} records none of them" in error and "it holds plans: another-plan" in error
     assert not (out / "report.md").exists() and pl.read_parquet(out / OUTCOMES)["plan"].to_list() == ["another-plan"]
+
+
+def test_report_tables_show_counts_of_thousands_whole_with_separators():
+    from coevolve.benchmarks.learning.report import markdown_table
+
+    table = pl.DataFrame({"arm": ["grpo"], "tokens": [91457.0], "stage s": [512.34], "feedback": [0.163],
+                          "seeds": [2], "episodes": [1728]})  # fmt: skip
+    assert markdown_table(table, percent=("feedback",)).splitlines()[2] == "| grpo | 91,457 | 512.3 | 16.3 % | 2 | 1,728 |"
