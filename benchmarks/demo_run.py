@@ -4,7 +4,7 @@ storage root, timed, then the evolution counts from the catalog.
     coevolve bench demo                          # the model cache as it is (warm starts built once)
     coevolve bench demo --fresh-cache            # an empty model cache: conversion and warm starts included
 
-Figures: the run's wall time; the seconds the warm starts took when they were built (from their
+Figures: the run's wall time and peak resident memory (its largest process); the seconds the warm starts took when they were built (from their
 `warm_start.json`; with `--fresh-cache` they are part of the wall time), and where a start was merged
 from its shipped adapter (`configs/warm-starts/`), also the seconds of that merge; signals per kind, explorations,
 candidates, verification outcomes, synthesized tasks admitted, round 1's rollout episodes on synthesized
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -90,8 +91,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     started = time.perf_counter()
     subprocess.run([str(Path(sys.executable).with_name("coevolve")), "run", args.config], env=env, check=True)
     wall = time.perf_counter() - started
+    peak_gb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024**2  # KiB on Linux
     counts, success = evolution_counts(work / "runs"), held_out_success(work / "runs")
-    figures = {"wall": figure(wall, "s"), **{k: figure(v, "s") for k, v in warm_start_seconds(args.config).items()},
+    figures = {"wall": figure(wall, "s"), "peak RSS": figure(peak_gb, "GiB"), **{k: figure(v, "s") for k, v in warm_start_seconds(args.config).items()},
                **{k: figure(v, "") for k, v in counts.items()}, **{k: figure(v, "%") for k, v in success.items()}}
     for name, value in figures.items():
         print(f"{name:<48} {value['value']:>10} {value['unit']}")
