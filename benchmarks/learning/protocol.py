@@ -21,7 +21,7 @@ import datetime
 import json
 from pathlib import Path
 
-from coevolve.benchmarks.learning.outcomes import plan_fingerprint
+from coevolve.benchmarks.learning.outcomes import code_version, plan_fingerprint
 from coevolve.benchmarks.learning.plan import Plan
 
 FROZEN = "frozen-plan.json"
@@ -40,7 +40,8 @@ def freeze(plan: Plan, root: Path, folder: Path) -> dict:
     frozen = {"fingerprint": plan_fingerprint(plan, root), "teacherless": plan_fingerprint(plan, root, teacher=False),
               "config": str(plan.config), "rounds": plan.rounds,
               "overrides": [o.replace(str(root), "<root>") for o in plan.overrides], "seeds": plan.seeds,
-              "arms": list(plan.arms), "date": datetime.date.today().isoformat(), "commit": current_commit()}  # fmt: skip
+              "arms": list(plan.arms), "code": code_version(), "date": datetime.date.today().isoformat(),
+              "commit": current_commit()}  # fmt: skip
     if path.exists():
         before = json.loads(path.read_text())
         if before["fingerprint"] != frozen["fingerprint"]:
@@ -69,4 +70,8 @@ def check_frozen(plan: Plan, root: Path, folder: Path) -> dict:
         raise ProtocolError(f"the plan differs from the one frozen in {path} ({frozen['date']}, config "
                             f"{frozen['config']}, {frozen['rounds']} rounds, overrides {frozen['overrides']}): "
                             "the final report runs the frozen plan only")  # fmt: skip
+    if frozen.get("code", code_version()) != code_version():
+        raise ProtocolError(f"the stage code differs from the plan's frozen in {path} (version {code_version()}, "
+                            f"frozen {frozen['code']} at commit {frozen['commit']}): a stage computes something "
+                            "else since the freeze; run the final with the frozen code")  # fmt: skip
     return frozen

@@ -11,17 +11,19 @@ the replay's digests and results, the answers dropped or read): it either fills 
 4. `replay`: every solution call runs; the state digests around the solution and its results.
 5. `read_only_asks_a_question`, 6. `read_only_asks_no_action`: a solution that changes nothing must
    answer a question, and its query ask for no action (a mismatched pair otherwise: `no effect`).
-7. `read_only_reads_its_answers`: a read-only task that names no answer asks for what it reads.
-8. `checks_nothing_held_out`: not the answers of a held-out task in its world, nor its final state
+7. `changing_is_asked_for`: the converse, a solution that changes the state comes with a query that asks
+   for an action, or at least not only for information (`unasked effect`).
+8. `read_only_reads_its_answers`: a read-only task that names no answer asks for what it reads.
+9. `checks_nothing_held_out`: not the answers of a held-out task in its world, nor its final state
    (`contamination`).
-9. `answers_in_results`, 10. `has_effect`: every answer appears in a result; the solution changes the
-   state or answers something.
-11. `answers_not_leaked`: a text answer is not stated by the query itself (`leaked`).
-12. `answers_of_the_named_object`: an answer read off another object than the query names (`misread`).
-13. `solvable`: every value a call needs (an argument, or a literal in code) appears in the query or an
+10. `answers_in_results`, 11. `has_effect`: every answer appears in a result; the solution changes the
+    state or answers something.
+12. `answers_not_leaked`: a text answer is not stated by the query itself (`leaked`).
+13. `answers_of_the_named_object`: an answer read off another object than the query names (`misread`).
+14. `solvable`: every value a call needs (an argument, or a literal in code) appears in the query or an
     earlier result (`unsolvable`).
-14. `grounded`: the query's literals are used or read by the solution (`ungrounded`).
-15. `reference_satisfies_checker`: the reference solution, played as an agent would, passes the derived
+15. `grounded`: the query's literals are used or read by the solution (`ungrounded`).
+16. `reference_satisfies_checker`: the reference solution, played as an agent would, passes the derived
     checker (`checker`). Under `verify.judge: execution` this is the verdict's execution: a reference that
     fails its checker but does more of the task than an idle answer is kept, to be retained.
 
@@ -192,6 +194,19 @@ def read_only_asks_no_action(ctx: CheckContext, d: Draft) -> None:
                        f"({action!r}; a read-only solution of an instruction is a mismatched pair)")  # fmt: skip
 
 
+def changing_is_asked_for(ctx: CheckContext, d: Draft) -> None:
+    """A solution that changes the state answers a query that asks for it: a query whose every turn only
+    asks for information ("Please tell me the title of the event 'E-1'." over `cancel_event`) is a mismatched
+    pair (Rejected as `unasked effect`). Its reference satisfies its own checker, so execution would accept
+    it, yet an agent that does what it is asked fails: the checker wants the state the change leaves."""
+    turns = d.task.turns
+    if d.read_only or d.before is None:
+        return
+    if all(asks_for_information(t) and requested_action(t) is None for t in turns):
+        raise Rejected("unasked effect: the solution changes the state, but the query only asks for information "
+                       "(a state change nobody asked for is a mismatched pair)")  # fmt: skip
+
+
 def read_only_reads_its_answers(ctx: CheckContext, d: Draft) -> None:
     """A read-only task that names no answer asks for what its last call reads: those values become its
     answers (`read_answers`, Rejected when there is none or too many) and its checker is derived again."""
@@ -290,6 +305,7 @@ CHECKS: tuple[Check, ...] = (
     replay,
     read_only_asks_a_question,
     read_only_asks_no_action,
+    changing_is_asked_for,
     read_only_reads_its_answers,
     checks_nothing_held_out,
     answers_in_results,

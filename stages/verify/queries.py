@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 
-_CLAUSE_START = r"(?:^|[.;:!?]\s+|,?\s+(?:and|then)\s+)\s*(?:please\s+|(?:can|could) you\s+)?"
+_CLAUSE_START = (r"(?:^|[.;:!?]\s+|,?\s+(?:and|then)\s+)\s*(?:let's\s+)?(?:please\s+|(?:can|could|would|will) you\s+)?"
+                 r"(?:kindly\s+)?")
 """Where a sentence or clause of a query starts, with an optional "please" / "could you"."""
 
 
@@ -23,9 +24,9 @@ _INFORMATION_REQUEST = re.compile(
 
 
 _ACTION_REQUEST = re.compile(
-    _CLAUSE_START + r"(add|append|book|buy|cancel|copy|create|delete|deposit|forward|make|message|move|order|pay"
-    r"|post|purchase|put|remove|rename|reply|reschedule|save|schedule|send|set|share|text|transfer|update"
-    r"|upload|withdraw|write)\b",
+    _CLAUSE_START + r"(add|append|book|buy|cancel|copy|create|delete|deposit|fill|forward|initiate|integrate|lock|make"
+    r"|message|move|order|pay|post|purchase|put|remove|rename|reply|reschedule|save|schedule|send|set|share|start"
+    r"|text|transfer|unlock|update|upload|withdraw|write)\b",
     re.IGNORECASE,
 )
 """A sentence or clause of a query that asks for an action ("Buy ...", "... and send ...")."""

@@ -49,7 +49,7 @@ CONFIG = ("verify", "env", "rollout.temperature", "rollout.max_new_tokens", "rol
           "rollout.max_context_tokens", "run.seed")
 
 VERIFY = StageDef(
-    "verify", 10,
+    "verify", 11,
     config=CONFIG,
     reads={"candidates": Artifact("abstract", "candidates"), "explorations": Artifact("explore", "explorations"),
            "held_out": EnvTasks("eval.splits"), "policy": EvolutionPolicy()},
@@ -57,7 +57,7 @@ VERIFY = StageDef(
 )
 
 BOOTSTRAP_VERIFY = StageDef(
-    "bootstrap-verify", 1,
+    "bootstrap-verify", 2,
     config=CONFIG,
     reads={"candidates": Artifact("bootstrap-abstract", "candidates"),
            "explorations": Artifact("bootstrap-explore", "explorations"),

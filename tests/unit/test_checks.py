@@ -23,6 +23,7 @@ from coevolve.stages.verify.checks import (
     answers_in_results,
     answers_not_leaked,
     answers_of_the_named_object,
+    changing_is_asked_for,
     check_candidate,
     derive_task,
     drop_unasked_answers,
@@ -65,7 +66,7 @@ def bank(world):
 def test_the_checks_run_in_this_order():
     assert [check.__name__ for check in CHECKS] == [
         "drop_unasked_answers", "derive_task", "not_contaminated", "replay", "read_only_asks_a_question",
-        "read_only_asks_no_action", "read_only_reads_its_answers", "checks_nothing_held_out", "answers_in_results",
+        "read_only_asks_no_action", "changing_is_asked_for", "read_only_reads_its_answers", "checks_nothing_held_out", "answers_in_results",
         "has_effect",
         "answers_not_leaked", "answers_of_the_named_object", "solvable", "grounded", "reference_satisfies_checker",
     ]  # fmt: skip
@@ -143,6 +144,20 @@ def test_read_only_asks_no_action(bank):
         read_only_asks_no_action(ctx, d)
     ctx, d = draft_before(read_only_asks_no_action, {**both, "query": f"Tell me the balance of {bank.a}."})
     read_only_asks_no_action(ctx, d)
+
+
+def test_changing_is_asked_for(bank):
+    question = candidate(bank.task, f"Please tell me the balance of {bank.a}.", bank.transfer, [], "q")
+    ctx, d = draft_before(changing_is_asked_for, question)
+    with pytest.raises(Rejected, match="^unasked effect: the solution changes the state, but the query only asks "
+                                       "for information"):  # fmt: skip
+        changing_is_asked_for(ctx, d)
+    for query in (f"Transfer 5 from {bank.a} to {bank.b}.", f"Can you transfer 5 from {bank.a} to {bank.b}?",
+                  f"What is the balance of {bank.a}? Then move 5 from {bank.a} to {bank.b}."):
+        ctx, d = draft_before(changing_is_asked_for, {**question, "query": query})
+        changing_is_asked_for(ctx, d)  # asked for
+    ctx, d = draft_before(changing_is_asked_for, {**question, "solution": json.dumps(bank.read)})
+    changing_is_asked_for(ctx, d)  # a read-only solution of the question
 
 
 def test_read_only_reads_its_answers_from_the_last_result(bank):
@@ -284,6 +299,19 @@ def test_a_text_answer_the_query_states_is_leaked_and_a_number_is_left_alone(wor
     checked = check_candidate(make_env, candidate(bank, f"Is the balance of {account} still {balance}? Tell me it.",
                                                   reads, [balance], "number"), HeldOut(), VerifySettings())  # fmt: skip
     assert checked.task.checker["answers"] == [[balance]]
+
+
+def test_a_question_whose_solution_changes_the_state_is_not_admitted(world):
+    """The demo's case: a question about an event, paired with cancelling it. The reference satisfies its own
+    checker, so execution alone would accept it; an agent that answers the question fails it."""
+    calendar = family(world.train, "reschedule_event")
+    event = next(iter(calendar.initial_state["calendar"]["events"]))
+    cancel = [{"name": "cancel_event", "arguments": {"event_id": event}}]
+    question = candidate(calendar, f"Please tell me the title of the event '{event}'.", cancel, [], "q")
+    with pytest.raises(Rejected, match="^unasked effect"):
+        check_candidate(make_env, question, HeldOut(), VerifySettings())
+    asked = candidate(calendar, f"Cancel the event '{event}'.", cancel, [], "asked")
+    assert check_candidate(make_env, asked, HeldOut(), VerifySettings()).executed
 
 
 def test_an_instruction_is_checked_without_the_answers_nobody_asked_for(world):

@@ -3,13 +3,15 @@ frozen on validation and nothing else, and it may run that plan arm by arm over 
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from coevolve.benchmarks.learning.outcomes import code_version
 from coevolve.benchmarks.learning.plan import Plan
-from coevolve.benchmarks.learning.protocol import ProtocolError, check_frozen, freeze
+from coevolve.benchmarks.learning.protocol import FROZEN, ProtocolError, check_frozen, freeze
 
 ARMS = ["grpo", "oracle-gap", "coevolve"]
 
@@ -46,4 +48,15 @@ def test_a_plan_frozen_without_the_teacher_arms_does_not_admit_them_later(tmp_pa
     freeze(plan(["grpo", "oracle-gap"]), tmp_path, tmp_path)
     check_frozen(plan(["grpo"], phase="final"), tmp_path, tmp_path)
     with pytest.raises(ProtocolError, match="arms coevolve are not in the plan frozen"):
+        check_frozen(plan(phase="final"), tmp_path, tmp_path)
+
+
+def test_a_final_under_stage_code_changed_since_the_freeze_is_refused(tmp_path):
+    """The seeds were chosen from pilots that ran the frozen code: a final whose stages compute something
+    else (a stage's version moved) is another experiment."""
+    frozen = freeze(plan(), tmp_path, tmp_path)
+    assert frozen["code"] == code_version()
+    path = tmp_path / FROZEN
+    path.write_text(json.dumps({**frozen, "code": "0123456789ab"}))
+    with pytest.raises(ProtocolError, match=r"the stage code differs from the plan's frozen .* frozen 0123456789ab"):
         check_frozen(plan(phase="final"), tmp_path, tmp_path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from coevolve import envs
 from coevolve.stages.verify.candidates import replay_solution
 from coevolve.stages.verify.queries import asks_for_information, query_literals, requested_action
 from tests.unit.evolution_world import make_env
@@ -39,6 +40,9 @@ def test_a_query_asks_for_information_or_for_an_action(query, asks):
         ("Check order O-12 and tell me its status.", None),
         ("Read the message from Priya and tell me which date they suggest.", None),
         ("What is the status of order O-12?", None),
+        ("Could you kindly integrate Apple's stock into my watchlist?", "integrate"),
+        ("Let's lock all the doors, then tell me the fuel level.", "lock"),
+        ("Can you fill up the fuel tank?", "fill"),
     ],
 )
 def test_a_query_may_ask_for_an_action(query, action):
@@ -62,3 +66,23 @@ def test_tool_world_reference_tasks_ask_for_an_action_exactly_when_their_solutio
 def test_query_literals_are_numbers_identifiers_paths_and_quoted_text():
     query = "Transfer 125.39 from TRV-4 to BIZ-3. Write 'see you' to /work/a.txt, don't wait. At 10:00."
     assert query_literals(query) == ["125.39", "TRV-4", "BIZ-3", "see you", "/work/a.txt", "10", "00"]
+
+
+def test_bfcl_tasks_whose_ground_truth_changes_the_state_do_not_only_ask_for_information():
+    """Verification rejects a state-changing solution of a query that only asks for information
+    (`checks.changing_is_asked_for`): no BFCL multi-turn task, in the phrasing synthesized BFCL tasks imitate,
+    is such a pair."""
+
+    def make_bfcl():
+        return envs.make("bfcl")
+
+    changing = 0
+    for task in make_bfcl().tasks("all"):
+        try:
+            before, after, _ = replay_solution(make_bfcl, task)
+        except ValueError:  # a ground truth that fails on our executor (one task: see envs/bfcl/env.py)
+            continue
+        if before != after:
+            changing += 1
+            assert any(requested_action(t) or not asks_for_information(t) for t in task.turns), task.id
+    assert changing > 150
