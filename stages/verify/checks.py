@@ -199,10 +199,9 @@ def changing_is_asked_for(ctx: CheckContext, d: Draft) -> None:
     asks for information ("Please tell me the title of the event 'E-1'." over `cancel_event`) is a mismatched
     pair (Rejected as `unasked effect`). Its reference satisfies its own checker, so execution would accept
     it, yet an agent that does what it is asked fails: the checker wants the state the change leaves."""
-    turns = d.task.turns
     if d.read_only or d.before is None:
         return
-    if all(asks_for_information(t) and requested_action(t) is None for t in turns):
+    if all(asks_for_information(t) and requested_action(t) is None for t in d.task.turns):
         raise Rejected("unasked effect: the solution changes the state, but the query only asks for information "
                        "(a state change nobody asked for is a mismatched pair)")  # fmt: skip
 

@@ -12,7 +12,8 @@ import re
 
 _CLAUSE_START = (r"(?:^|[.;:!?]\s+|,?\s+(?:and|then)\s+)\s*(?:let's\s+)?(?:please\s+|(?:can|could|would|will) you\s+)?"
                  r"(?:kindly\s+)?")
-"""Where a sentence or clause of a query starts, with an optional "please" / "could you"."""
+"""Where a sentence or clause of a query starts, with an optional "let's", "please", "could / would / will
+you" and "kindly"."""
 
 
 _INFORMATION_REQUEST = re.compile(
