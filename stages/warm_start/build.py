@@ -137,8 +137,10 @@ def teacher_key(config: CoevolveConfig, start: Path | str, settings: WarmStart, 
 
 
 def _start_name(start: Path | str) -> str:
-    """A start built by this module by its content key (its folder's name), anything else as given."""
-    return Path(start).name if (Path(start) / RECORD).is_file() else str(start)
+    """A start this module builds by its content key (its folder's name), whether it is built yet or only
+    named (a report of stored runs on a storage root without the starts); anything else as given."""
+    path = Path(start)
+    return path.name if (path / RECORD).is_file() or path.parent.name == WARM_STARTS else str(start)
 
 
 def _teacher_key(config: CoevolveConfig, start: str, settings: WarmStart, max_distractors: int) -> str:

@@ -111,10 +111,12 @@ def test_teacher_key_follows_a_built_start_across_storage_roots_and_a_plain_path
     settings = WarmStart(tasks=4, seed=1)
     starts = [tmp_path / root / "warm-start" / "73f099cdb003" for root in ("a", "b")]
     plain = [tmp_path / "c" / "73f099cdb003", tmp_path / "d" / "73f099cdb003"]
+    unbuilt = tmp_path / "e" / "warm-start" / "73f099cdb003"  # a report of stored runs names it, never builds it
     for start in starts:
         start.mkdir(parents=True)
         (start / RECORD).write_text("{}")
     assert teacher_key(config, starts[0], settings) == teacher_key(config, starts[1], settings)
+    assert teacher_key(config, unbuilt, settings) == teacher_key(config, starts[0], settings)
     assert teacher_key(config, plain[0], settings) != teacher_key(config, plain[1], settings)
     assert teacher_key(config, starts[0], settings) != teacher_key(config, starts[0], WarmStart(tasks=8, seed=1))
 
