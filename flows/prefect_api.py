@@ -13,6 +13,9 @@ Prefect's ephemeral mode, but owned by this process:
   migrates PREFECT_HOME's SQLite database on startup, and two migrating a fresh one at once crash;
 - the URL is exported to child processes (`bench learning --jobs`), so they report to the same API,
   configured or temporary;
+- loopback is reached directly, whatever proxy the environment names (`coevolve.loopback`): the health
+  checks ignore the proxy for a loopback URL, and for the block NO_PROXY names the loopback hosts, so
+  Prefect's own client, the server and every child process go straight to the temporary server;
 - it is stopped when the command ends, and on Linux it receives SIGTERM if this process dies in any way,
   `kill -9` included (`PR_SET_PDEATHSIG`), so no server is left listening.
 
@@ -32,6 +35,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from coevolve.loopback import direct_loopback, http_client
 from coevolve.processes import die_with_parent, free_port
 
 LOG_TAIL_LINES = 6
@@ -53,17 +57,26 @@ def configured_api_url() -> str | None:
 
 
 def healthy(url: str, timeout: float = 3.0) -> bool:
+    """Whether the API at `url` answers its health check (directly, when it is on loopback)."""
     import httpx
 
     try:
-        return httpx.get(url.rstrip("/") + "/health", timeout=timeout).status_code == 200
+        with http_client(url, timeout=timeout) as client:
+            return client.get(url.rstrip("/") + "/health").status_code == 200
     except httpx.HTTPError:
         return False
 
 
 @contextlib.contextmanager
 def prefect_api(*, startup_timeout_s: float = STARTUP_TIMEOUT_S) -> Iterator[str]:
-    """The configured Prefect API (checked), or a temporary server for the duration of the block."""
+    """The configured Prefect API (checked), or a temporary server for the duration of the block; loopback
+    is reached without a proxy meanwhile (`direct_loopback`)."""
+    with direct_loopback(), _checked_or_temporary_api(startup_timeout_s) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _checked_or_temporary_api(startup_timeout_s: float) -> Iterator[str]:
     url = configured_api_url()
     if url:
         if not healthy(url):

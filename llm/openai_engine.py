@@ -22,8 +22,8 @@ K samples of a group differ while a seeded call stays reproducible, and the repl
 locally from the sampled ids, as the in-process engine decodes it.
 
 A bearer key (`api_key_env`) goes only over https or to a loopback server, and the client of a loopback
-server ignores the proxy settings of the environment (`HTTP_PROXY`, ...), so its requests never leave the
-machine.
+server ignores the proxy settings of the environment (`HTTP_PROXY`, ...; `coevolve.loopback`), so its
+requests never leave the machine.
 
 A served *policy* gets new weights after every update (`update_weights(directory, version=...)`): a LoRA
 adapter is loaded on every server under a fresh name (`POST /load_lora_adapter`, vLLM with
@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.llm.engine import Completion, OpenAIEngineError, SamplingParams
+from coevolve.loopback import http_client, is_loopback
 
 RETRY_STATUS = frozenset({408, 409, 429, 500, 502, 503, 504})
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
@@ -76,8 +77,6 @@ class OpenAIEngine:
         max_concurrency: int = 32,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
-        import httpx
-
         if not model:
             raise ValueError("OpenAIEngine needs a model name (the one the server serves)")
         if not token_ids and tokenizer is None:
@@ -102,8 +101,7 @@ class OpenAIEngine:
                                  f"loopback address, for a server that needs a key")  # fmt: skip
             headers["Authorization"] = f"Bearer {key}"
         self.urls = [url.rstrip("/") for url in urls]
-        self._clients = [httpx.Client(base_url=url + "/", headers=headers, timeout=timeout_s,
-                                      trust_env=not _is_loopback(url)) for url in self.urls]  # fmt: skip
+        self._clients = [http_client(url + "/", headers=headers, timeout=timeout_s) for url in self.urls]
         self.healthy = [True] * len(urls)
         """Per server: False once it failed a request, until a health probe succeeds."""
         self._turn = itertools.count()
@@ -344,22 +342,7 @@ def _safe_for_keys(url: str) -> bool:
     """https, or plain http to this machine: where a bearer key may go."""
     from urllib.parse import urlparse
 
-    return urlparse(url).scheme == "https" or _is_loopback(url)
-
-
-def _is_loopback(url: str) -> bool:
-    """A server on this machine (`localhost`, 127.0.0.0/8, ::1). Its client ignores the environment
-    (`HTTP_PROXY`, `ALL_PROXY`, ...), so a request and its key never leave the machine through a proxy."""
-    import ipaddress
-    from urllib.parse import urlparse
-
-    host = urlparse(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return urlparse(url).scheme == "https" or is_loopback(url)
 
 
 def _sampling_body(sampling: SamplingParams) -> dict[str, Any]:

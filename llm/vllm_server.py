@@ -36,7 +36,6 @@ import re
 import signal
 import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from coevolve.config import CoevolveConfig
+from coevolve.loopback import http_client
 
 VENV = ".venv-vllm"
 SIDE = Path(__file__).resolve().parent / "vllm_side"
@@ -190,16 +190,20 @@ def start_server(argv: list[str], env: dict[str, str], *, log: Path | None = Non
 
 
 def wait_until_ready(url: str, process: subprocess.Popen, *, timeout_s: float = 600.0) -> float:
-    """Seconds until `GET <url>/models` answers; raises if the server exits or the time runs out."""
+    """Seconds until `GET <url>/models` answers with JSON (directly, whatever proxy the environment names,
+    when the server is on loopback); raises if the server exits or the time runs out."""
+    import httpx
+
     started = time.monotonic()
-    while time.monotonic() - started < timeout_s:
-        if process.poll() is not None:
-            raise RuntimeError(f"the server exited with status {process.returncode} before answering")
-        try:
-            with urllib.request.urlopen(url.rstrip("/") + "/models", timeout=5) as reply:
-                json.load(reply)
-                return time.monotonic() - started
-        except OSError:
+    with http_client(url, timeout=5) as client:
+        while time.monotonic() - started < timeout_s:
+            if process.poll() is not None:
+                raise RuntimeError(f"the server exited with status {process.returncode} before answering")
+            with contextlib.suppress(httpx.HTTPError, ValueError):  # not up yet, or not yet answering JSON
+                reply = client.get(url.rstrip("/") + "/models")
+                if reply.status_code == 200:
+                    reply.json()
+                    return time.monotonic() - started
             time.sleep(1.0)
     raise TimeoutError(f"no answer from {url} after {timeout_s:.0f} s")
 
