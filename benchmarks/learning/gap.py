@@ -32,14 +32,14 @@ def measure_gap_families(plan: Plan, out: Path) -> str:
     into `out`, return the markdown."""
     from coevolve.benchmarks.learning.runs import prepare
     from coevolve.config import load_config
-    from coevolve.envs.toolworld.tasks import GAP_TEMPLATES
+    from coevolve.envs.toolworld.families_gap import CANDIDATES
     from coevolve.pipeline.runner import run_stage
     from coevolve.stages.baseline.stage import BASELINE
     from coevolve.stages.run_context import open_run
     from coevolve.storage.parquet import write_table, write_text_atomic
 
     plan, root = prepare(replace(plan, arms=("grpo",)))  # the shared warm start only
-    candidates = [t.name for t in GAP_TEMPLATES]
+    candidates = [t.name for t in CANDIDATES]
     config = load_config(plan.config, [*plan.overrides, "eval.splits=[gap-validation]", f"eval.samples={SAMPLES}",
                                        "eval.greedy=false", "eval.baseline=true"])  # fmt: skip
     options = {**config.env.options, "gap_families": candidates}

@@ -1,13 +1,18 @@
-"""Gap families: one-call tasks of the tools that no training family calls (the coverage experiment).
+"""Gap families: tasks of the tools that no training family calls (the coverage experiment).
 
-Every family here calls one tool of an app the training families already load (bank, files, messages,
+Every family here calls a tool of an app the training families already load (bank, files, messages,
 shop, calendar), so an episode of a training task offers it, but no training family, no warm start and no
-prompt example ever calls it. A static training set never shows these skills; CoEvolve's exploration can
+prompt example ever calls it, and no strategy without it solves the family's tasks (`gap_check`: every
+covered tool call the task's world admits and every argument-free listing, scored by the task's checker). A static training set never shows these skills; CoEvolve's exploration can
 find them (docs/experiments/learning-protocol.md, the coverage regime). They are the tool world's `gap`
 splits (`gap-validation`, `gap-test`), drawn only from the families named by the environment option
 `gap_families`, and never part of `train`, `test` or `validation`. None has the shape of a
 `heldout-templates` family (move_file alone, or the multi-call cross-app chains), so that split stays the
 test of new compositions.
+
+`CANDIDATES` are the families a plan may name; `RETIRED` are the first coverage plan's families that
+`gap_check` found solvable without their tool (a covered listing or lookup shows the answer, or
+`write_file` rewrites the file), kept only so that plan's recorded runs still draw their splits.
 """
 
 from __future__ import annotations
@@ -131,18 +136,45 @@ def find_file(rng: random.Random) -> Draft:
     return Draft({"files": files}, [turn], [[call("search_files", text=label)]], [[path]])
 
 
+def delete_found_file(rng: random.Random) -> Draft:
+    files = files_state(rng, rng.randint(2, 4))
+    path = rng.choice(sorted(files["files"]))
+    label = files["files"][path].partition(": ")[0]
+    turn = phrase(rng, ("Find the file that holds my {l} and delete it.", "Search my files for the {l} and delete that file.",
+                        "Delete the file that mentions the {l}."), l=label)  # fmt: skip
+    return Draft({"files": files}, [turn], [[call("search_files", text=label), call("delete_file", path=path)]], [[]])
+
+
+def empty_account(rng: random.Random) -> Draft:
+    bank = bank_state(rng, rng.randint(2, 4))
+    account = rng.choice(sorted(bank["accounts"]))
+    balance = bank["accounts"][account]["balance"]
+    turn = phrase(rng, ("Withdraw everything in account {a}.", "Take all the money out of {a}.",
+                        "Please empty account {a}: withdraw its whole balance."), a=account)  # fmt: skip
+    return Draft({"bank": bank}, [turn], [[call("list_accounts"), call("withdraw", account_id=account, amount=balance)]],
+                 [[]])  # fmt: skip
+
+
 CANDIDATES: tuple[Template, ...] = (
     Template("deposit_funds", deposit_funds),
     Template("withdraw_funds", withdraw_funds),
     Template("delete_file", delete_file),
-    Template("append_note", append_note),
     Template("cancel_order", cancel_order),
-    Template("contact_email", contact_email),
     Template("delete_message", delete_message),
     Template("remove_from_cart", remove_from_cart),
-    Template("product_price", product_price),
     Template("add_contact", add_contact),
+    Template("delete_found_file", delete_found_file),
+    Template("empty_account", empty_account),
+)
+"""Every gap family a plan may name (each needs its gap tool); an experiment fixes its own set (`gap_families`)."""
+RETIRED: tuple[Template, ...] = (
+    Template("append_note", append_note),
+    Template("contact_email", contact_email),
+    Template("product_price", product_price),
     Template("event_date", event_date),
     Template("find_file", find_file),
 )
-"""Every gap family the tool world can draw; an experiment fixes its own set (`gap_families`) among them."""
+"""The first coverage plan's families that a strategy without their tool solves (`gap_check`): `append_note`
+(`write_file` with the old content and the new line), `contact_email` (`list_contacts`), `product_price`
+(`search_products` by the product's name), `event_date` (`list_events`), `find_file` (`list_files`). Drawable
+only so that plan's records keep their splits."""

@@ -34,7 +34,8 @@ GAP_SPLITS = ("gap-validation", "gap-test")
 """Splits of the gap families; an environment has them only when its `gap_families` option names some."""
 TRAIN_TEMPLATES: tuple[Template, ...] = families_one_app.TRAIN + families_cross_app.TRAIN
 HELDOUT_TEMPLATES: tuple[Template, ...] = families_one_app.HELDOUT + families_cross_app.HELDOUT
-GAP_TEMPLATES: tuple[Template, ...] = families_gap.CANDIDATES
+GAP_TEMPLATES: tuple[Template, ...] = families_gap.CANDIDATES + families_gap.RETIRED
+"""Every drawable gap family: the candidates and the first coverage plan's retired ones (`families_gap`)."""
 MAX_ATTEMPTS_PER_TASK = 20
 
 

@@ -92,3 +92,17 @@ def test_the_gap_rule_keeps_families_the_warm_start_neither_solves_nor_ignores()
         "learnable": "gap", "solved": "solved", "flat": "gap"}  # fmt: skip
     flat = judge_families(pl.DataFrame(episodes("flat", "e", [0.1] * 4) + episodes("flat", "f", [0.1] * 4)))
     assert flat["verdict"].to_list() == ["no signal"] and flat["spread_share"].to_list() == [0.0]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_every_gap_family_a_plan_may_name_needs_its_gap_tool(seed):
+    """No covered tool call the task's world admits and no argument-free listing solves a candidate gap family's
+    task (scored by its own checker); the first coverage plan's answer-only families did fall to one."""
+    from coevolve.envs.toolworld.families_gap import CANDIDATES, RETIRED
+    from coevolve.envs.toolworld.gap_check import check_families
+
+    candidates = check_families([t.name for t in CANDIDATES], tasks_per_family=6, seed=seed)
+    assert len(candidates) >= 8 and not {family: wins for family, wins in candidates.items() if wins}
+    retired = check_families([t.name for t in RETIRED], tasks_per_family=6, seed=seed)
+    assert all(retired.values()), retired
+    assert any("list_contacts()" in win for win in retired["contact_email"])
