@@ -11,15 +11,16 @@ from pydantic import Field, model_validator
 from coevolve.config.section import Section
 
 SIGNAL_KINDS = ("forgetting", "boundary", "rare")
+"""The paper's signal kinds (the default); `unused` is an extension a config names in `signals.kinds`."""
 
 
 class EvolveConfig(Section):
     """When the data evolves (the phases' own settings are in their sections)."""
 
-    every: int = Field(0, ge=0)
+    every: int = Field(0, ge=0, le=1_000_000)
     """Run the data-evolution phases every F rounds (rounds F-1, 2F-1, ...); 0 = plain GRPO on the seed
     dataset."""
-    last_round: int | None = Field(None, ge=0)
+    last_round: int | None = Field(None, ge=0, le=1_000_000)
     """Extension, not the paper's: the last round that evolves (None: every F-th round of the run, as in the
     paper). What the final rounds' evolutions admit is drawn by no later rollout of the run, so a run can stop
     evolving early and train on the rest."""
@@ -40,18 +41,32 @@ class EvolveConfig(Section):
 class SignalsConfig(Section):
     """Weakness signals over the rollout ledger (stage `signals`)."""
 
-    kinds: tuple[Literal["forgetting", "boundary", "rare"], ...] = SIGNAL_KINDS
-    """Signal kinds that are extracted, and the order in which they are explored (first = most urgent)."""
-    window: int = Field(10, ge=1)
-    """W: forgetting looks at a task's last W attempted rounds; rare counts actions of the last W rounds."""
+    kinds: tuple[Literal["forgetting", "boundary", "rare", "unused"], ...] = SIGNAL_KINDS
+    """Signal kinds that are extracted, and the order in which they are explored (first = most urgent). The
+    paper's are forgetting, boundary and rare (the default). `unused` is an extension, not the paper's: a
+    tool the round's episodes offer that no trajectory of the last W rounds called, one signal per tool, on
+    one round-r trajectory that was offered it (`stages.signals.rules.unused_signals`)."""
+    window: int = Field(10, ge=1, le=10_000)
+    """W: forgetting looks at a task's last W attempted rounds; rare and unused look at the last W rounds."""
     rare_theta: float = Field(5.0, ge=0.0, le=100.0)
     """Rare: a pattern is rare when 0 < count / N < theta / 100."""
-    rare_pattern: Literal["tool", "bigram"] = "tool"
-    """Rare patterns: single tool names, or pairs of consecutive calls."""
+    rare_pattern: Literal["tool", "bigram", "task"] = "tool"
+    """What the rare rule counts. `tool` (the paper configs' reading, the public reading note's: an action
+    pattern p with 0 < c_p / N < theta / 100 over the window's N actions): single tool names; `bigram`:
+    pairs of consecutive calls. `task` is the other reading of the paper, the seed summary's: a task that
+    appears with very low frequency in the current training distribution, c_p its rollouts among the N
+    rollouts of the window; its round-r trajectories are marked."""
     rare_unused: bool = False
-    """Extension, not the paper's: a tool the round's tasks offer that no action of the window called is rare
-    too (count 0), marking the trajectories that were offered it. The paper's rule needs 0 < count, so what
-    the policy never tries is never explored. Tool patterns only."""
+    """Extension, not the paper's, superseded by the `unused` kind (kept for the recorded coverage
+    experiment's `coevolve-unused-rare` arm): a tool the round's tasks offer that no action of the window
+    called is rare too (count 0), marking the trajectories that were offered it, folded into the rare rows
+    where they lose to the other kinds. Tool patterns only."""
+    forgetting_score: Literal["success", "mean_reward"] = "success"
+    """A task's round score s for forgetting (fires when some s of its last W attempted rounds is >= 0.5 and
+    the current s < 0.5). `success` (the paper's s, docs/algorithm.md): the share of the round's samples that
+    succeed, reward >= 0.5. `mean_reward` (labelled option; this project's earlier rule): the mean reward of
+    the samples, which under partial credit calls a round of rewards [1, .4, .4, .4] solved. The two agree
+    when every reward is 0 or 1 (BFCL)."""
 
     @model_validator(mode="after")
     def _unused_counts_tools(self) -> SignalsConfig:
@@ -67,13 +82,28 @@ class ExploreConfig(Section):
     """Explore around signal-marked trajectories (CoEvolve). False = the paper's "random exploration"
     ablation: the same number of explorations start from random worlds of the round's dataset under a
     generic request, whatever the signals say."""
-    max_explorations: int = Field(4, ge=0)
-    """Most signal-marked trajectories re-explored per evolution (one per task; kind order, then newest)."""
-    rounds: int = Field(2, ge=1)
+    max_explorations: int = Field(4, ge=0, le=10_000)
+    """Most signal-marked trajectories re-explored per evolution (one per task; `allotment` says which)."""
+    allotment: Literal["priority", "round_robin"] = "priority"
+    """How `max_explorations` is shared among the signal kinds. `priority` (this project's rule, which the
+    paper configs keep; the paper gives none): kinds in `signals.kinds` order, then newest round, so a later
+    kind gets only what the earlier ones leave. `round_robin`: Extension, not the paper's: one signal of each kind in turn (kinds in
+    `signals.kinds` order, each kind's own ranking), so that no kind starves; still one per task, and for
+    `unused` one per tool."""
+    named_tool_context: bool = False
+    """Extension, not the paper's: when a signal names a tool (an `unused` signal, or a rare one of tool
+    patterns), the exploration context holds that tool's full schema (name, description, parameters) and an
+    argument-free listing of its app among the offered tools, if one exists
+    (`stages.explore.named_tool`)."""
+    prefill_named_tool: bool = False
+    """Extension, not the paper's: the teacher's first reply of each exploration episode whose signal names
+    a tool starts with a call of that tool (assistant prefill, as the reflection's JSON start is): a small
+    teacher otherwise calls what the marked trajectory called."""
+    rounds: int = Field(2, ge=1, le=1000)
     """R: independent exploration episodes per exploration context (multi-round)."""
-    steps: int = Field(6, ge=1)
+    steps: int = Field(6, ge=1, le=1000)
     """S: most teacher replies per exploration episode (multi-step)."""
-    follow_ups: int = Field(1, ge=0)
+    follow_ups: int = Field(1, ge=0, le=100)
     """Extension, not the paper's: user turns added after the explored task's own (0: none, as in the paper),
     each asking the teacher to explore beyond the request (`stages/explore/prompts/explore_follow_up.md`): a small
     teacher otherwise carries the request out and stops, and the only task its calls make is the explored one
@@ -83,7 +113,7 @@ class ExploreConfig(Section):
 class AbstractConfig(Section):
     """Abstraction of explored calls into candidate tasks (stage `abstract`)."""
 
-    samples: int = Field(1, ge=1)
+    samples: int = Field(1, ge=1, le=1000)
     """Teacher replies sampled per triple group (each may hold tasks): more candidates for verification to
     choose from at the cost of one batched generation."""
     single_calls: bool = False
@@ -95,7 +125,7 @@ class AbstractConfig(Section):
     with its first answer (the task must ask for what the call reads), a state change's with no answers (an
     instruction). Without it a small teacher writes instructions over read-only calls, which verification
     discards as `no effect`."""
-    max_tasks_per_group: int = Field(3, ge=1)
+    max_tasks_per_group: int = Field(3, ge=1, le=1000)
     """Most tasks the teacher may abstract from one triple group (extra ones are rows marked `invalid`)."""
     duplicate_jaccard: float = Field(0.8, ge=0.0, le=1.0)
     """Two candidates with the same normalised solution and query token-Jaccard >= this are duplicates (0: the
@@ -116,7 +146,7 @@ class VerifyConfig(Section):
     nothing, so a task the policy cannot do yet is admitted. `policy` (labelled: this project's earlier
     rule, an ablation arm): the policy's attempts decide (solved -> accept, progress above an idle answer ->
     retain, else discard), which vetoes every task the policy cannot do yet."""
-    attempts: int = Field(1, ge=1)
+    attempts: int = Field(1, ge=1, le=1000)
     """K: policy attempts per verified candidate (their best decides under `judge: policy`)."""
     greedy: bool = True
     """Greedy decoding when `attempts` is 1 (otherwise attempts sample at the rollout temperature)."""
@@ -132,7 +162,7 @@ class MergeConfig(Section):
 
     admit: tuple[Literal["accept", "retain", "discard"], ...] = ("accept", "retain")
     """Verification outcomes merged into D_{r+1}. The paper keeps accepted and retained tasks."""
-    signal_weight: float = Field(1.0, gt=0.0)
+    signal_weight: float = Field(1.0, gt=0.0, le=1_000_000.0)
     """Sampling weight of merged signal-linked tasks (other tasks weigh 1); > 1 upweights them. Extension, not
     the paper's, when not 1 (the paper merges without weights)."""
     unsolved_weighting: bool = False

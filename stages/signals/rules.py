@@ -1,17 +1,23 @@
 """Weakness signals: mark the trajectories of round r that the re-exploration stage should look at.
 
-Step 2 of the CoEvolve loop (docs/coevolve-paper.md, "The loop"). Three rules over the ledger, each
-switchable on its own for the paper's ablations:
+Step 2 of the CoEvolve loop (docs/algorithm.md, "The signals, precisely"). The paper's three rules over
+the ledger, each switchable on its own for the paper's ablations, and one extension:
 
-- *forgetting*: the task's score in a round is the mean reward of its samples there. It fires at
-  round r when some score among the task's last W attempted rounds before r is >= 0.5 and the score at
-  r is < 0.5; it marks the task's failed (reward < 0.5) trajectories of round r.
+- *forgetting*: the task's score s in a round is the success rate of its samples there (a sample succeeds
+  when its reward is >= 0.5; `forgetting_score="mean_reward"`, a labelled option: the mean reward). It
+  fires at round r when some score among the task's last W attempted rounds before r is >= 0.5 and the
+  score at r is < 0.5; it marks the task's failed (reward < 0.5) trajectories of round r.
 - *boundary*: the task's round-r samples hold both a success (reward > 0.5) and a failure
   (reward < 0.5); a reward of exactly 0.5 is neither. Marks all of the task's round-r trajectories.
 - *rare*: over the actions of rounds r-W+1..r, a pattern p (a tool name, or with
   `rare_pattern="bigram"` a pair "a>b" of consecutive calls in one trajectory) with
   0 < c_p / N < theta / 100, N the number of actions (bigrams) in that window. Marks the round-r
-  trajectories that use p.
+  trajectories that use p. With `rare_pattern="task"` (the seed summary's reading) p is a task and c_p
+  its rollouts among the N rollouts of the window: a task drawn rarely in the current training
+  distribution; marks its round-r trajectories.
+- *unused* (extension, not the paper's): a tool that the round-r trajectories' tasks offer and that no
+  call of rounds r-W+1..r names. One signal per tool, on one round-r trajectory that was offered it (the
+  first by task, sample, trajectory id).
 
 Output: one row per (kind, marked trajectory), with a JSON `evidence` payload and a deterministic
 `signal_id`. Rows of rounds > r are ignored, so re-running on a longer ledger gives the same signals.
@@ -31,14 +37,15 @@ from collections.abc import Iterable
 import duckdb
 import polars as pl
 
-KINDS = ("forgetting", "boundary", "rare")
-RARE_PATTERNS = ("tool", "bigram")
+KINDS = ("forgetting", "boundary", "rare", "unused")
+RARE_PATTERNS = ("tool", "bigram", "task")
+FORGETTING_SCORES = ("success", "mean_reward")
 SUCCESS = 0.5
 """Reward threshold of the paper: success means s >= 0.5 (forgetting); boundary uses strict > and <."""
 
 SIGNALS_SCHEMA = pl.Schema({
-    "signal_id": pl.String,  # sha256(JSON {kind, round, task_id, trajectory_id})[:16]
-    "kind": pl.String,  # forgetting | boundary | rare
+    "signal_id": pl.String,  # sha256(JSON {kind, round, task_id, trajectory_id}, + tool for unused)[:16]
+    "kind": pl.String,  # forgetting | boundary | rare | unused
     "task_id": pl.String,
     "trajectory_id": pl.String,
     "round": pl.Int32,
@@ -46,8 +53,8 @@ SIGNALS_SCHEMA = pl.Schema({
 })
 
 _TRAJECTORY_COLUMNS = ("task_id", "round", "sample", "reward", "trajectory_id")
-_STEP_COLUMNS = {"tool": ("trajectory_id", "tool"), "bigram": ("trajectory_id", "tool", "step", "call_index")}
-_MARKED = ("kind", "task_id", "trajectory_id", "round", "evidence")
+_STEP_COLUMNS = {"tool": ("trajectory_id", "tool"), "bigram": ("trajectory_id", "tool", "step", "call_index"),
+                 "task": ()}
 
 
 # --- the rules, as expressions ------------------------------------------------------------------
@@ -67,21 +74,34 @@ def is_rare(count: pl.Expr, total: pl.Expr, theta: float) -> pl.Expr:
     return (count > 0) & (count.cast(pl.Float64) * 100.0 < total.cast(pl.Float64) * theta)
 
 
-# --- the three kinds ----------------------------------------------------------------------------
+# --- the kinds ----------------------------------------------------------------------------------
 
-def _marked(frame: pl.LazyFrame, kind: str, round_: int, evidence: pl.Expr) -> pl.LazyFrame:
+def _marked(frame: pl.LazyFrame, kind: str, round_: int, evidence: pl.Expr,
+            tool: pl.Expr | None = None) -> pl.LazyFrame:
     return frame.select(
         kind=pl.lit(kind), task_id="task_id", trajectory_id="trajectory_id",
         round=pl.lit(round_, dtype=pl.Int32), evidence=evidence.struct.json_encode(),
+        tool=pl.lit(None, dtype=pl.String) if tool is None else tool,
     )
 
 
-def forgetting_signals(trajectories: pl.LazyFrame, *, round_: int, window: int) -> pl.LazyFrame:
-    """Failed round-r trajectories of tasks whose best score over their last `window` attempts was >= 0.5.
+def round_score(score: str) -> pl.Expr:
+    """A task's score s in one round: the share of its samples that succeed (reward >= 0.5), or with
+    `mean_reward` the mean of their rewards. The two agree when every reward is 0 or 1."""
+    if score == "mean_reward":
+        return pl.col("reward").mean()
+    return (pl.col("reward") >= SUCCESS).cast(pl.Float64).mean()
 
-    Evidence: {score, best_score, best_round (the most recent round reaching best_score), attempts}.
+
+def forgetting_signals(trajectories: pl.LazyFrame, *, round_: int, window: int,
+                       score: str = "success") -> pl.LazyFrame:
+    """Failed round-r trajectories of tasks whose best score over their last `window` attempts was >= 0.5
+    and whose round-r score is < 0.5 (`round_score`).
+
+    Evidence: {score, best_score, best_round (the most recent round reaching best_score), attempts,
+    scored_on (success | mean_reward)}.
     """
-    scores = trajectories.group_by("task_id", "round").agg(score=pl.col("reward").mean())
+    scores = trajectories.group_by("task_id", "round").agg(score=round_score(score))
     now = scores.filter(pl.col("round") == round_, pl.col("score") < SUCCESS).select("task_id", "score")
     history = (
         scores.filter(pl.col("round") < round_)
@@ -96,7 +116,7 @@ def forgetting_signals(trajectories: pl.LazyFrame, *, round_: int, window: int) 
     )
     fired = now.join(best, on="task_id").filter(is_forgotten(pl.col("best_score"), pl.col("score")))
     failed = trajectories.filter(pl.col("round") == round_, pl.col("reward") < SUCCESS)
-    evidence = pl.struct("score", "best_score", "best_round", "attempts")
+    evidence = pl.struct("score", "best_score", "best_round", "attempts", scored_on=pl.lit(score))
     return _marked(failed.join(fired, on="task_id"), "forgetting", round_, evidence)
 
 
@@ -133,6 +153,7 @@ def rare_signals(
 ) -> pl.LazyFrame:
     """Round-r trajectories using a pattern with 0 < c_p / N < theta / 100 over rounds r-W+1..r.
 
+    `pattern` `task`: the patterns are the trajectories' tasks (each rollout one action, `steps` unused).
     `offered` (task_id, tool), the tools each task offers: also mark the round-r trajectories of tasks
     offering a tool that no action of the window called (count 0; `signals.rare_unused`, not the paper's).
     Evidence: {pattern_kind, total (N), first_round, patterns: [{pattern, count, frequency}] sorted by
@@ -141,9 +162,13 @@ def rare_signals(
     rounds r-W+1..r: a window loaded short is silently a smaller N, not an error.
     """
     first = round_ - window + 1
-    in_window = trajectories.filter(pl.col("round") >= first).select("trajectory_id", "round")
-    calls = steps.filter(pl.col("tool").is_not_null()).join(in_window, on="trajectory_id")
-    actions = action_patterns(calls, pattern)
+    in_window = trajectories.filter(pl.col("round") >= first)
+    if pattern == "task":
+        actions = in_window.select("trajectory_id", "round", pattern=pl.col("task_id"))
+    else:
+        calls = steps.filter(pl.col("tool").is_not_null()).join(in_window.select("trajectory_id", "round"),
+                                                                 on="trajectory_id")
+        actions = action_patterns(calls, pattern)
     counts = (actions.group_by("pattern").agg(count=pl.len().cast(pl.Int64))
               .with_columns(total=pl.col("count").sum()))  # fmt: skip
     rare = counts.filter(is_rare(pl.col("count"), pl.col("total"), theta)).with_columns(
@@ -176,9 +201,35 @@ def unused_offered(
     return unused, offers.join(unused.select("pattern"), on="pattern")
 
 
+def unused_signals(
+    trajectories: pl.LazyFrame, steps: pl.LazyFrame, *, round_: int, window: int, offered: pl.LazyFrame
+) -> pl.LazyFrame:
+    """One row per tool that a round-r trajectory's task offers and no call of rounds r-W+1..r names
+    (extension, not the paper's), on the first round-r trajectory offered it (by task, sample, trajectory
+    id). `steps` must hold the calls of the window, as for `rare_signals`.
+
+    Evidence: {tool, offered_trajectories (round-r trajectories offered it), offered_tasks,
+    window_calls (0), first_round}.
+    """
+    first = round_ - window + 1
+    in_window = trajectories.filter(pl.col("round") >= first).select("trajectory_id")
+    called = steps.filter(pl.col("tool").is_not_null()).join(in_window, on="trajectory_id").select("tool").unique()
+    current = trajectories.filter(pl.col("round") == round_).select("task_id", "trajectory_id", "sample")
+    offers = current.join(offered.select("task_id", "tool").unique(), on="task_id")
+    unused = offers.join(called, on="tool", how="anti").sort("tool", "task_id", "sample", "trajectory_id")
+    per_tool = unused.group_by("tool", maintain_order=True).agg(
+        task_id=pl.col("task_id").first(), trajectory_id=pl.col("trajectory_id").first(),
+        offered_trajectories=pl.len(), offered_tasks=pl.col("task_id").n_unique(),
+    )
+    evidence = pl.struct("tool", "offered_trajectories", "offered_tasks",
+                         window_calls=pl.lit(0), first_round=pl.lit(first))
+    return _marked(per_tool, "unused", round_, evidence, tool=pl.col("tool"))
+
+
 # --- the stage ----------------------------------------------------------------------------------
 
-def _check_arguments(kinds: Iterable[str], window: int, rare_theta: float, rare_pattern: str) -> tuple[str, ...]:
+def _check_arguments(kinds: Iterable[str], window: int, rare_theta: float, rare_pattern: str,
+                     forgetting_score: str) -> tuple[str, ...]:
     kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
     unknown = sorted(set(kinds) - set(KINDS))
     if unknown:
@@ -189,6 +240,8 @@ def _check_arguments(kinds: Iterable[str], window: int, rare_theta: float, rare_
         raise ValueError(f"rare_theta: a percentage in [0, 100], got {rare_theta}")
     if rare_pattern not in RARE_PATTERNS:
         raise ValueError(f"rare_pattern: expected one of {list(RARE_PATTERNS)}, got {rare_pattern!r}")
+    if forgetting_score not in FORGETTING_SCORES:
+        raise ValueError(f"forgetting_score: expected one of {list(FORGETTING_SCORES)}, got {forgetting_score!r}")
     return kinds
 
 
@@ -199,11 +252,14 @@ def _require(frame: pl.DataFrame, name: str, columns: Iterable[str]) -> None:
 
 
 def with_signal_ids(marked: pl.DataFrame) -> pl.DataFrame:
-    """Add `signal_id` = sha256 of the JSON object {kind, round, task_id, trajectory_id}, first 16 hex.
+    """Add `signal_id` = sha256 of the JSON object {kind, round, task_id, trajectory_id} (an `unused` row's
+    with its `tool` too, as one trajectory may carry several), first 16 hex.
 
     For ASCII ids this equals `envs.base.content_hash({...})` (sorted keys, compact separators).
     """
-    keyed = marked.with_columns(key=pl.struct("kind", "round", "task_id", "trajectory_id").struct.json_encode())
+    plain = pl.struct("kind", "round", "task_id", "trajectory_id").struct.json_encode()
+    with_tool = pl.struct("kind", "round", "task_id", "tool", "trajectory_id").struct.json_encode()
+    keyed = marked.with_columns(key=pl.when(pl.col("kind") == "unused").then(with_tool).otherwise(plain))
     with duckdb.connect() as con:
         con.register("marked", keyed.to_arrow())
         out = con.sql("SELECT left(sha256(key), 16) AS signal_id, * EXCLUDE (key) FROM marked").pl()
@@ -217,17 +273,25 @@ def extract_signals(
     round: int,  # shadows the builtin: the name the stage contract uses
     window: int = 10,
     rare_theta: float = 5.0,
-    kinds: Iterable[str] = KINDS,
+    kinds: Iterable[str] = KINDS[:3],
     rare_pattern: str = "tool",
     offered: pl.DataFrame | None = None,
+    rare_unused: bool = False,
+    forgetting_score: str = "success",
 ) -> pl.DataFrame:
     """Signals of round `round` from the ledger up to that round, with schema `SIGNALS_SCHEMA`.
 
-    `window` is W for both forgetting (attempted rounds) and rare (calendar rounds); `rare_theta` is a
-    percentage; `offered` (task_id, tool): tools offered but never called are rare too (`rare_signals`;
-    tool patterns only). Rows are sorted by kind, task_id, trajectory_id.
+    `window` is W for forgetting (attempted rounds), rare and unused (calendar rounds); `rare_theta` is a
+    percentage; `offered` (task_id, tool): the tools each task offers, which the `unused` kind needs, and
+    with `rare_unused` tools offered but never called are rare too (`rare_signals`; tool patterns only).
+    Rows are sorted by kind, task_id, trajectory_id (then tool).
     """
-    kinds = _check_arguments(kinds, window, rare_theta, rare_pattern)
+    kinds = _check_arguments(kinds, window, rare_theta, rare_pattern, forgetting_score)
+    if "unused" in kinds and offered is None:
+        raise ValueError("kinds: unused needs the tools each task offers (offered)")
+    if rare_unused and (offered is None or rare_pattern != "tool"):
+        raise ValueError("rare_unused counts offered tools: it needs offered and rare_pattern tool, "
+                         f"not rare_pattern {rare_pattern}")
     if trajectories.height == 0 or not kinds:
         return SIGNALS_SCHEMA.to_frame()
     _require(trajectories, "trajectories", _TRAJECTORY_COLUMNS)
@@ -238,17 +302,20 @@ def extract_signals(
     )
     parts = []
     if "forgetting" in kinds:
-        parts.append(forgetting_signals(traj, round_=round, window=window))
+        parts.append(forgetting_signals(traj, round_=round, window=window, score=forgetting_score))
     if "boundary" in kinds:
         parts.append(boundary_signals(traj, round_=round))
-    if offered is not None and rare_pattern != "tool":
-        raise ValueError("offered tools (signals.rare_unused) count tool patterns, not rare_pattern bigram")
-    if "rare" in kinds and (steps.height > 0 or offered is not None):
+    if "rare" in kinds and (steps.height > 0 or rare_unused or rare_pattern == "task"):
         _require(steps, "steps", _STEP_COLUMNS[rare_pattern])
-        calls = steps.lazy().select(_STEP_COLUMNS[rare_pattern])
-        parts.append(rare_signals(traj, calls, round_=round, window=window, theta=rare_theta,
-                                  pattern=rare_pattern, offered=None if offered is None else offered.lazy()))
+        parts.append(rare_signals(traj, steps.lazy().select(_STEP_COLUMNS[rare_pattern]), round_=round,
+                                  window=window, theta=rare_theta, pattern=rare_pattern,
+                                  offered=offered.lazy() if rare_unused else None))
+    if "unused" in kinds:
+        _require(steps, "steps", _STEP_COLUMNS["tool"])
+        _require(offered, "offered", ("task_id", "tool"))
+        parts.append(unused_signals(traj, steps.lazy().select(_STEP_COLUMNS["tool"]), round_=round,
+                                    window=window, offered=offered.lazy()))
     frames = [frame for frame in pl.collect_all(parts) if frame.height > 0]
     if not frames:
         return SIGNALS_SCHEMA.to_frame()
-    return with_signal_ids(pl.concat(frames).sort("kind", "task_id", "trajectory_id"))
+    return with_signal_ids(pl.concat(frames).sort("kind", "task_id", "trajectory_id", "tool", nulls_last=True))

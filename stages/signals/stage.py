@@ -1,12 +1,12 @@
 """signals: mark the weak rollout trajectories of the rounds since the previous evolution (step 2 of the loop).
 
-Runs the pure rules of `stages.signals.rules.extract_signals` (forgetting, boundary, rare) once for each
+Runs the pure rules of `stages.signals.rules.extract_signals` (forgetting, boundary, rare, unused) once for each
 round since the previous evolution (rounds r-F+1..r, F = `evolve.every`), so no round's rollouts go
 unexamined. Reads the rollout `trajectories` of every round so far (forgetting looks at a task's last W
 *attempted* rounds, which may lie far back when the dataset is large) and the rollout `steps` of rounds
 r-F-W+2..r (`rare_window`: rare counts each marked round r' over its own W calendar rounds r'-W+1..r').
-With `signals.rare_unused` (not the paper's) it also reads the round's dataset, for the tools each marked
-round's tasks offer. Writes `signals`.
+With the `unused` kind or `signals.rare_unused` (neither the paper's) it also reads the round's dataset, for
+the tools each marked round's tasks offer. Writes `signals`.
 
     coevolve stage signals --run demo --round 9
 """
@@ -14,7 +14,8 @@ round's tasks offer. Writes `signals`.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.declared import StageContext
@@ -24,7 +25,6 @@ from coevolve.pipeline.stage import (
     Inputs,
     StageDef,
     StageResult,
-    When,
     rounds_so_far,
 )
 
@@ -62,6 +62,8 @@ def ledger_signals(
     kinds: tuple[str, ...],
     rare_pattern: str,
     offered: pl.DataFrame | None = None,
+    rare_unused: bool = False,
+    forgetting_score: str = "success",
 ) -> list[dict]:
     """Signal rows for each round in `rounds` (the marked trajectory's round as `trajectory_round`)."""
     import polars as pl
@@ -73,7 +75,8 @@ def ledger_signals(
     rows = []
     for r in rounds:
         found = extract_signals(trajectories, steps, round=r, window=window, rare_theta=rare_theta, kinds=kinds,
-                                rare_pattern=rare_pattern, offered=offered)
+                                rare_pattern=rare_pattern, offered=offered, rare_unused=rare_unused,
+                                forgetting_score=forgetting_score)
         rows += found.rename({"round": "trajectory_round"}).to_dicts()
     return rows
 
@@ -85,9 +88,10 @@ def compute_signals(ctx: StageContext, round_: int, inputs: Inputs) -> StageResu
     trajectories = pl.from_arrow(inputs["trajectories"].table(TRAJECTORY_COLUMNS))
     steps = pl.from_arrow(inputs["steps"].table(STEP_COLUMNS))
     rounds = marked_rounds(round_, ctx.config.evolve.every)
-    offered = offered_tools(ctx, inputs["dataset"], trajectories, rounds) if cfg.rare_unused else None
+    offered = offered_tools(ctx, inputs["dataset"], trajectories, rounds) if needs_offered(ctx.config) else None
     rows = ledger_signals(trajectories, steps, rounds, window=cfg.window, rare_theta=cfg.rare_theta,
-                          kinds=cfg.kinds, rare_pattern=cfg.rare_pattern, offered=offered)
+                          kinds=cfg.kinds, rare_pattern=cfg.rare_pattern, offered=offered,
+                          rare_unused=cfg.rare_unused, forgetting_score=cfg.forgetting_score)
     counts = Counter(row["kind"] for row in rows)
     return StageResult(
         {"signals": rows}, {"signals": len(rows), **{f"{k}_signals": counts[k] for k in cfg.kinds}}
@@ -112,13 +116,31 @@ def offered_tools(ctx: StageContext, dataset, trajectories: pl.DataFrame, rounds
     return pl.DataFrame(rows, schema={"task_id": pl.String, "tool": pl.String})
 
 
+def needs_offered(config: Any) -> bool:
+    """Whether the signals need the tools each task offers: the `unused` kind, or `signals.rare_unused`."""
+    return config.signals.rare_unused or "unused" in config.signals.kinds
+
+
+@dataclass(frozen=True)
+class WhenOffered:
+    """The round's dataset, read (and part of the key) only when `needs_offered`; else None, as `When`."""
+
+    read: Dataset
+
+    def key_part(self, ctx: RunContext, round_: int) -> Any:
+        return self.read.key_part(ctx, round_) if needs_offered(ctx.config) else None
+
+    def load(self, ctx: RunContext, round_: int) -> Any:
+        return self.read.load(ctx, round_) if needs_offered(ctx.config) else None
+
+
 SIGNALS = StageDef(
     "signals", 1,
-    config=("signals", "evolve.every", "env"),  # env: `signals.rare_unused` resets tasks to list their tools
+    config=("signals", "evolve.every", "env"),  # env: the offered tools come from resetting tasks
     reads={
         "trajectories": Artifact("rollout", "trajectories", rounds_so_far),
         "steps": Artifact("rollout", "steps", rare_window),
-        "dataset": When("signals.rare_unused", Dataset()),
+        "dataset": WhenOffered(Dataset()),
     },
     compute=compute_signals,
 )

@@ -46,11 +46,12 @@ def evidence(signals: pl.DataFrame, kind: str) -> list[dict]:
 # --- forgetting ---------------------------------------------------------------------------------
 
 def test_forgetting_marks_the_failed_trajectories_after_an_earlier_success():
-    traj = ledger(("a", 0, [1, 1]), ("a", 1, [1, 0, 0, 0.5]))
+    traj = ledger(("a", 0, [1, 1]), ("a", 1, [1, 0, 0, 0.5, 0]))
     out = extract_signals(traj, NO_STEPS, round=1, kinds=["forgetting"])
-    assert marked(out, "forgetting") == {"a-r1-s1", "a-r1-s2"}  # reward 1 and reward 0.5 are not failures
-    assert evidence(out, "forgetting")[0] == {"score": 0.375, "best_score": 1.0, "best_round": 0, "attempts": 1}
-    assert out["round"].to_list() == [1, 1]
+    assert marked(out, "forgetting") == {"a-r1-s1", "a-r1-s2", "a-r1-s4"}  # rewards 1 and 0.5 are successes
+    assert evidence(out, "forgetting")[0] == {"score": 0.4, "best_score": 1.0, "best_round": 0, "attempts": 1,
+                                              "scored_on": "success"}
+    assert out["round"].to_list() == [1, 1, 1]
 
 
 def test_first_attempt_ever_is_not_forgetting():
@@ -87,14 +88,16 @@ def test_forgetting_window_counts_attempted_rounds_not_calendar_rounds():
     two = extract_signals(traj, NO_STEPS, round=9, window=2, kinds=["forgetting"])
     one = extract_signals(traj, NO_STEPS, round=9, window=1, kinds=["forgetting"])
     assert marked(two, "forgetting") == {"a-r9-s0", "a-r9-s1"}
-    assert evidence(two, "forgetting")[0] == {"score": 0.0, "best_score": 1.0, "best_round": 0, "attempts": 2}
+    assert evidence(two, "forgetting")[0] == {"score": 0.0, "best_score": 1.0, "best_round": 0, "attempts": 2,
+                                              "scored_on": "success"}
     assert one.height == 0
 
 
 def test_forgetting_reports_the_most_recent_round_with_the_best_score():
     traj = ledger(("a", 0, [1, 1]), ("a", 1, [0.5, 0.5]), ("a", 2, [1, 1]), ("a", 3, [0, 1]), ("a", 4, [0, 0]))
     out = extract_signals(traj, NO_STEPS, round=4, kinds=["forgetting"])
-    assert evidence(out, "forgetting")[0] == {"score": 0.0, "best_score": 1.0, "best_round": 2, "attempts": 4}
+    assert evidence(out, "forgetting")[0] == {"score": 0.0, "best_score": 1.0, "best_round": 2, "attempts": 4,
+                                              "scored_on": "success"}
 
 
 # --- boundary -----------------------------------------------------------------------------------
@@ -173,19 +176,20 @@ def test_offered_but_unused_tools_are_rare_only_when_asked_and_mark_the_trajecto
     steps = calls({"a-r0-s0": ["common"] * 10, "a-r0-s1": ["common"] * 10, "b-r0-s0": ["common"] * 10})
     offered = pl.DataFrame({"task_id": ["a", "a", "b"], "tool": ["common", "never_called", "common"]})
     assert extract_signals(traj, steps, round=0, kinds=["rare"]).height == 0  # the paper's rule: 0 < count
-    out = extract_signals(traj, steps, round=0, kinds=["rare"], offered=offered)
+    assert extract_signals(traj, steps, round=0, kinds=["rare"], offered=offered).height == 0  # not asked
+    out = extract_signals(traj, steps, round=0, kinds=["rare"], offered=offered, rare_unused=True)
     assert marked(out, "rare") == {"a-r0-s0", "a-r0-s1"}
     assert evidence(out, "rare")[0]["patterns"] == [{"pattern": "never_called", "count": 0, "frequency": 0.0}]
     assert evidence(out, "rare")[0]["total"] == 30
     with pytest.raises(ValueError, match="rare_pattern bigram"):
-        extract_signals(traj, steps, round=0, kinds=["rare"], offered=offered, rare_pattern="bigram")
+        extract_signals(traj, steps, round=0, kinds=["rare"], offered=offered, rare_pattern="bigram", rare_unused=True)
 
 
 def test_unused_tools_and_rare_ones_share_one_row_per_trajectory():
     traj = ledger(("a", 0, [1]), ("b", 0, [1]))
     steps = calls({"a-r0-s0": ["rare_tool"] + ["common"] * 40, "b-r0-s0": ["common"] * 40})
     offered = pl.DataFrame({"task_id": ["a", "a", "a"], "tool": ["rare_tool", "common", "unused"]})
-    out = extract_signals(traj, steps, round=0, kinds=["rare"], offered=offered)
+    out = extract_signals(traj, steps, round=0, kinds=["rare"], offered=offered, rare_unused=True)
     assert out["trajectory_id"].to_list() == ["a-r0-s0"]
     assert [p["pattern"] for p in evidence(out, "rare")[0]["patterns"]] == ["unused", "rare_tool"]
 
