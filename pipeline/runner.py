@@ -11,7 +11,6 @@ every downstream stage, as it was.
 
 from __future__ import annotations
 
-import errno
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +18,11 @@ from pathlib import Path
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.declared import StageContext
 from coevolve.pipeline.stage import Inputs, StageDef
+from coevolve.run_files import DiskFullError, disk_full
 from coevolve.storage.manifest import FileRef, Manifest, cache_key
-from coevolve.storage.parquet import ArtifactError, file_matches
+from coevolve.storage.parquet import file_matches
+
+__all__ = ["DiskFullError", "StageRecord", "folder_refs", "is_cached", "run_stage", "stage_key"]
 
 
 @dataclass(frozen=True)
@@ -92,32 +94,16 @@ def _run_stage(stage: StageDef, ctx: RunContext, round_: int, *, force: bool) ->
         if result.after_manifest is not None:
             result.after_manifest()
     except Exception as exc:
-        if not _disk_full(exc):
+        full = disk_full(exc, ctx.store.layout.run_dir)
+        if full is None:
             raise
         raise DiskFullError(
-            f"stage '{stage.name}' of round {round_} in run '{ctx.run}' stopped: no space left on the device "
-            f"holding {ctx.store.layout.root} ({exc}). Free space (each kept checkpoint is a whole model: "
-            f"lower train.keep_checkpoints) and run the same command again: completed stages are kept."
-        ) from exc
+            f"stage '{stage.name}' of round {round_} in run '{ctx.run}' stopped: {full.cause}. {full.advice} "
+            f"(each kept checkpoint is a whole model: lower train.keep_checkpoints) and run the same command "
+            f"again: completed stages are kept.", cause=full.cause, advice=full.advice) from exc
     return StageRecord(manifest, cached=False)
 
 
 def folder_refs(folder: Path) -> dict[str, FileRef]:
     """The content hash of every file in `folder` (recursively), by path relative to it."""
     return {str(p.relative_to(folder)): FileRef.of(p) for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-class DiskFullError(ArtifactError):
-    """A stage could not write its outputs (artifacts, checkpoint) because the disk is full."""
-
-
-def _disk_full(exc: BaseException | None) -> bool:
-    """Whether `exc` or an exception it came from is ENOSPC; libraries that write in native code
-    (safetensors) raise their own types whose message carries the OS error."""
-    while exc is not None:
-        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-            return True
-        if "No space left on device" in str(exc):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False

@@ -18,7 +18,10 @@ Everything is written into ``<name>.tmp-<pid>`` next to the target, every file a
 fsynced, and renamed into place, so a reader never sees a half-written checkpoint under its final name
 and a power loss cannot leave a renamed but empty one. An existing checkpoint of the same name is first
 renamed aside and deleted only after the new one is in place. Leftovers of a writer killed half-way
-(``*.tmp-<pid>``, ``*.old-<pid>``) are removed by `remove_leftovers` before the next write.
+(``*.tmp-<pid>``, ``*.old-<pid>``) are removed by `remove_leftovers` before the next write. A symlink in the
+way (the checkpoint's folder, its temporary name, a folder above it in the run) is refused before anything
+is written (`coevolve.run_files.PlantedLinkError`), and a full disk or file-size limit is a `DiskFullError`
+naming the file being written and the checkpoint's size, the temporary folder removed.
 A file that does not load (truncated, edited) raises `CorruptCheckpointError` naming it, and so does a
 weights or optimizer file whose sha256 is not the one the marker recorded when it was saved: loading
 hashes it (at most once per process, `coevolve.file_hashes.file_sha256`; never for the files this process
@@ -43,6 +46,7 @@ import torch
 from torch import nn
 
 from coevolve.file_hashes import file_sha256, remember_sha256
+from coevolve.run_files import atomic_file, disk_full, refuse_links
 
 MARKER = "coevolve_checkpoint.json"
 OPTIMIZER_FILE = "optimizer.pt"
@@ -114,28 +118,82 @@ def save_checkpoint(
     ``state``: the model's and optimizer's state dicts gathered already (a sharded model,
     `rl.sharding.full_state`), written instead of the live ones."""
     directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = directory.with_name(f"{directory.name}.tmp-{os.getpid()}")
+    for path in (directory, tmp, directory.with_name(f"{directory.name}.old-{os.getpid()}")):
+        refuse_links(path)
+    directory.parent.mkdir(parents=True, exist_ok=True)
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
+    writing = tmp
     try:
+        writing = tmp / ("adapter_model.safetensors" if _is_peft(model) else "model.safetensors")
         model.save_pretrained(tmp, **({} if state is None else {"state_dict": state[0]}))
         if tokenizer is not None:
+            writing = tmp / "tokenizer.json"
             save_tokenizer(tokenizer, tmp)
         if optimizer is not None:
-            torch.save(optimizer.state_dict() if state is None else state[1], tmp / OPTIMIZER_FILE)
+            writing = tmp / OPTIMIZER_FILE
+            _save_torch(optimizer.state_dict() if state is None else state[1], writing)
         hashes = {str(p.relative_to(tmp)): file_sha256(p) for p in sorted(tmp.rglob("*")) if p.is_file()}
         marker = {"kind": "adapter" if _is_peft(model) else "full", "optimizer": optimizer is not None,
                   "sha256": hashes}  # fmt: skip
+        writing = tmp / MARKER
         (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
         _fsync_tree(tmp)
         _replace_dir(tmp, directory)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        weights, moments = checkpoint_bytes(model, optimizer, state)
+        needed = moments if writing.name == OPTIMIZER_FILE else weights if writing.suffix == ".safetensors" else None
+        full = disk_full(exc, directory / writing.relative_to(tmp), needed)
+        if full is not None:
+            raise full from exc
         raise
     for name, sha in hashes.items():  # this process knows them: loading or checking them reads nothing
         remember_sha256(directory / name, sha)
+
+
+def checkpoint_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None,
+                     state: tuple[dict[str, Any], dict[str, Any]] | None = None) -> tuple[int, int]:
+    """About how many bytes `save_checkpoint` writes: the weights it saves, and the optimizer's tensors."""
+    weights = state[0] if state is not None else (
+        {n: p for n, p in model.named_parameters() if p.requires_grad} if _is_peft(model) else model.state_dict())
+    moments = state[1]["state"] if state is not None else optimizer.state_dict()["state"] if optimizer else {}
+    return _bytes(weights.values()), _bytes(t for entry in moments.values() for t in entry.values())
+
+
+def _bytes(tensors: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+class _KeptWriteError:
+    """A file that keeps the OS error of a failed write: torch.save reports one as "unexpected pos",
+    without the error (a full disk) that caused it."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle, self.error = handle, None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.handle.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
+def _save_torch(obj: Any, path: Path) -> None:
+    with open(path, "xb") as handle:
+        kept = _KeptWriteError(handle)
+        try:
+            torch.save(obj, kept)
+        except RuntimeError as exc:
+            if kept.error is None:
+                raise
+            raise kept.error from exc
 
 
 def save_tokenizer(tokenizer: Any, directory: Path) -> None:
@@ -266,7 +324,8 @@ def drop_optimizer_state(directory: Path, newer: Path) -> bool:
         return False
     note = (f"optimizer state dropped when {Path(newer).name} was saved (only a run's newest two "
             f"checkpoints keep one); an update continuing from these weights starts its optimizer fresh")
-    (Path(directory) / OPTIMIZER_DROPPED).write_text(note + "\n")
+    with atomic_file(Path(directory) / OPTIMIZER_DROPPED) as handle:
+        handle.write((note + "\n").encode())
     path.unlink()
     _fsync_dir(Path(directory))
     return True

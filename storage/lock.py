@@ -4,7 +4,10 @@
 does not wait: it stops at once with one line naming the holder (process, host, command, since when),
 because two writers would compute the same stages and one would delete the other's files when it
 invalidates a stage. The lock is an OS advisory lock (`flock`) on an open file, so it ends with the
-process that holds it, even on `kill -9`: a crashed run never leaves a stale lock behind.
+process that holds it, even on `kill -9`: a crashed run never leaves a stale lock behind. The lock file is
+opened without following a symlink and refused unless it is a plain file of the run's own
+(`coevolve.run_files.open_plain_file`): a `.lock` planted as a link to a user's file is one line, and that
+file is left as it was. A disk too full to write the holder's line is a `DiskFullError` naming the file.
 
     with run_lock(layout, "coevolve run configs/demo.yaml"):
         ...                                     # RunLockedError if another process writes the run
@@ -20,6 +23,7 @@ import os
 import socket
 from collections.abc import Iterator
 
+from coevolve.run_files import disk_full, open_plain_file
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.parquet import ArtifactError
 
@@ -33,20 +37,24 @@ class RunLockedError(ArtifactError):
 @contextlib.contextmanager
 def run_lock(layout: RunLayout, command: str) -> Iterator[None]:
     """Hold the run's write lock for the block, or raise `RunLockedError` naming the process that holds it."""
-    layout.run_dir.mkdir(parents=True, exist_ok=True)
     path = layout.run_dir / LOCK_FILE
-    handle = open(path, "a+")  # noqa: SIM115 - held for the block
+    handle = os.fdopen(open_plain_file(path), "r+")
     try:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            handle.seek(0)
             raise RunLockedError(_held_by(layout, handle.read())) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": command,
-                                 "since": datetime.datetime.now().isoformat(timespec="seconds")}))  # fmt: skip
-        handle.flush()
+        holder = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": command,
+                             "since": datetime.datetime.now().isoformat(timespec="seconds")})  # fmt: skip
+        try:
+            handle.truncate()
+            handle.write(holder)
+            handle.flush()
+        except OSError as exc:
+            full = disk_full(exc, path, len(holder))
+            if full is None:
+                raise
+            raise full from exc
         yield
     finally:
         handle.close()  # closing the file releases the lock

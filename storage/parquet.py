@@ -2,7 +2,8 @@
 
 A file is written under a temporary name in the same folder, fsynced, then renamed over its final name,
 so a reader (or DuckDB's glob) never sees half a file; a write that fails (a full or read-only disk)
-removes its temporary file. Every data page carries a CRC32 checksum, verified when read, so a flipped bit
+removes its temporary file, a full disk or file-size limit being one paragraph naming the file and its size,
+and a symlink planted in the run's folder is refused, never written through (`coevolve.run_files`). Every data page carries a CRC32 checksum, verified when read, so a flipped bit
 is an error, never a changed value (files of older versions carry none and read as before). Reads check the schema version stored in the file's metadata and name the file and the
 stage that rebuilds it when something is wrong.
 
@@ -12,9 +13,6 @@ at most once per process while it is unchanged.
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +20,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from coevolve.file_hashes import file_sha256
+from coevolve.run_files import ArtifactError, atomic_file, write_text_atomic
 from coevolve.storage.schemas import schema_version
 
-
-class ArtifactError(RuntimeError):
-    """A missing, corrupt or incompatible artifact; the message says how to rebuild it."""
+__all__ = ["ArtifactError", "file_matches", "read_table", "to_table", "write_table", "write_text_atomic"]
 
 
 def to_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
@@ -39,34 +36,9 @@ def to_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
 
 def write_table(table: pa.Table, path: Path) -> str:
     """Write `table` atomically to `path`; returns the file's sha256."""
-    with _atomic(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd", write_page_checksum=True)
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
+    with atomic_file(path, needed=table.nbytes) as handle:
+        pq.write_table(table, handle, compression="zstd", write_page_checksum=True)
     return file_sha256(path)
-
-
-def write_text_atomic(text: str, path: Path) -> None:
-    """Write `text` to `path` atomically (a temporary file renamed over it, removed if the write fails)."""
-    with _atomic(path) as tmp, open(tmp, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-@contextlib.contextmanager
-def _atomic(path: Path) -> Iterator[Path]:
-    """A temporary name beside `path` to write to; renamed over `path` when the block ends, removed when it
-    fails (a full or read-only disk, an interrupt), so no temporary file is left behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):  # the write's own error is the one to report
-            tmp.unlink()
-        raise
 
 
 def read_table(path: Path, schema: pa.Schema, *, rebuild_hint: str) -> pa.Table:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from coevolve.run_files import refuse_links
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.manifest import ArtifactRef, Manifest
 from coevolve.storage.parquet import ArtifactError, file_matches, read_table, to_table, write_table
@@ -75,7 +76,9 @@ class RunStore:
         return read_table(path, schema_for(artifact), rebuild_hint=hint)
 
     def invalidate(self, round_: int, stage: str) -> None:
-        """Forget a stage run (manifest first, so a crash half-way leaves it invalid, then its files)."""
+        """Forget a stage run (manifest first, so a crash half-way leaves it invalid, then its files); a link
+        planted in the way is refused (`PlantedLinkError`) before anything is deleted."""
+        refuse_links(self.layout.manifest_path(round_, stage))
         self.layout.manifest_path(round_, stage).unlink(missing_ok=True)
         shutil.rmtree(self.layout.stage_dir(round_, stage), ignore_errors=True)
 

@@ -18,13 +18,13 @@ from pydantic import ValidationError
 from starlette.testclient import TestClient
 from typer.testing import CliRunner
 
+from coevolve import run_files
 from coevolve.cli import app
 from coevolve.config.models import ModelConfig
 from coevolve.config.teacher import OpenAITeacherConfig
 from coevolve.llm.engine import SamplingParams
 from coevolve.llm.openai_engine import OpenAIEngine, OpenAIEngineError
 from coevolve.llm.toolcalls import parse_tool_calls
-from coevolve.storage import parquet
 from coevolve.storage.layout import MANIFEST, RunLayout, check_run_name
 from coevolve.storage.manifest import Manifest
 from coevolve.storage.parquet import ArtifactError, write_table, write_text_atomic
@@ -263,9 +263,9 @@ def _disk_full(*args: object) -> None:
 
 
 def test_an_atomic_write_that_fails_leaves_no_temporary_file(tmp_path, monkeypatch):
-    monkeypatch.setattr(parquet.os, "fsync", _disk_full)
-    with pytest.raises(OSError, match="No space left"):
+    monkeypatch.setattr(run_files.os, "fsync", _disk_full)
+    with pytest.raises(run_files.DiskFullError, match="No space left on the device holding .*config.yaml"):
         write_text_atomic("run: {}\n", tmp_path / "config.yaml")
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(run_files.DiskFullError, match="No space left on the device holding .*t.parquet"):
         write_table(pa.table({"a": [1]}), tmp_path / "t.parquet")
     assert list(tmp_path.iterdir()) == []
