@@ -11,6 +11,8 @@ from pathlib import Path
 
 import polars as pl
 
+from coevolve.benchmarks.learning.audit import link_table
+from coevolve.benchmarks.learning.coverage import gap_tools
 from coevolve.benchmarks.learning.outcomes import (
     OUTCOMES,
     arm_of_run,
@@ -214,6 +216,26 @@ def _nothing_to_report(root: Path, plan: Plan, out: Path, planned: Sequence[str]
             "and the teacher build make the fingerprint: pass those of the invocation that measured them")
 
 
+def audit_links_section(tables: dict[str, pl.DataFrame], plan: Plan) -> list[str]:
+    """The gap's link table computed from the recorded audit rows alone (`audit.link_table`), with the
+    exploration yield; nothing for a plan without a coverage gap or runs without audit rows."""
+    from coevolve.config import load_config
+
+    gap = gap_tools(load_config(plan.config, list(plan.overrides)).gap_families)
+    explorations = tables.get("audit_explorations")
+    if not gap or explorations is None or not explorations.height:
+        return []
+    runs = sorted(set(explorations["run"]))
+    links = link_table(explorations, tables["audit_admitted"], tables["audit_eval_tools"], dict.fromkeys(runs, gap))
+    links = links.with_columns(yield_=pl.col("called_named") / pl.col("named_gap")).rename({"yield_": "yield"})
+    return ["## The coverage gap from the audit rows", "",
+            "Per run, from `runs/audit_*.parquet` alone: explorations; those whose signal names a gap tool and, "
+            "of them, those whose episodes then called it successfully (`yield`); explorations calling any gap "
+            "tool; candidates and admitted tasks calling one; the gap split's final episodes, their successes, and "
+            "the successes that called a gap tool (`benchmarks/learning/audit.py: link_table`):", "",
+            markdown_table(links, percent=("yield",)), ""]  # fmt: skip
+
+
 def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
     planned = [plan.run_name(arm, seed) for arm, seed in plan.reported_runs()]
     evals, record = reported_outcomes(root, plan, out)
@@ -280,6 +302,7 @@ def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
               "explorations called and the admitted tasks' solutions call; admitted tasks of two or more calls, "
               "and those whose sequence of tools no D_0 task has (`benchmarks/learning/coverage.py`):", "",
               markdown_table(tables["coverage"]), ""]  # fmt: skip
+    parts += audit_links_section(tables, plan)
     links = tables["gap_links"]
     if links.height:
         parts += ["## The coverage gap, link by link", "",

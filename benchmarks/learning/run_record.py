@@ -1,5 +1,6 @@
 """The per-run tables of a plan's report (signals, tokens, seconds, the teacher's output, coverage, the gap's
-links), recorded beside its outcomes in `<out>/runs/<table>.parquet`, so a report covers every recorded run
+links) and its audit rows (`audit`: one per exploration, admitted task and evaluation episode), recorded
+beside its outcomes in `<out>/runs/<table>.parquet`, so a report covers every recorded run
 of the plan, those whose storage is gone too (an earlier sitting, another machine).
 
 Each row carries the `plan` fingerprint it was measured under. The rows of the runs in this storage root are
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
+from coevolve.benchmarks.learning.audit import admitted_rows, eval_tool_rows, exploration_rows
 from coevolve.benchmarks.learning.coverage import coverage, gap_links
 from coevolve.benchmarks.learning.outcomes import read_parquet_named, same_plan
 from coevolve.benchmarks.learning.tables import (
@@ -59,11 +61,14 @@ TABLES: dict[str, Callable[[Path, Sequence[str]], pl.DataFrame]] = {
     "coverage": coverage,
     "gap_links": gap_links,
     "rescored": rescored,
+    "audit_explorations": exploration_rows,
+    "audit_admitted": admitted_rows,
+    "audit_eval_tools": eval_tool_rows,
 }
 """Every recorded table but `per_run` (which also takes this invocation's wall seconds): name -> its reader
 over the runs of a storage root."""
 
-SORT = ("run", "round", "stage", "verdict", "reason", "options", "split")
+SORT = ("run", "round", "stage", "verdict", "reason", "options", "split", "exploration_id", "task_id", "trajectory_id")
 
 
 def read_record(path: Path) -> pl.DataFrame | None:
