@@ -19,10 +19,11 @@ def sql(
     root: RootOption = None,
 ) -> None:
     """Query every run with DuckDB, read-only (views over the Parquet artifacts, with run/round/stage
-    columns; SELECT statements only, files under the root only; see docs/sql.md)."""
+    columns; SELECT statements only, files under the root only; see docs/sql.md). The files of the views
+    it reads are checked against their manifests' sha256 first: a changed one is refused, naming it."""
     import duckdb
 
-    from coevolve.storage.catalog import ArtifactFiles, repair_catalog
+    from coevolve.storage.catalog import ArtifactFiles, repair_catalog, views_read
     from coevolve.storage.catalog import query as run_query
 
     if format_ not in {"table", "csv", "json"}:
@@ -33,6 +34,14 @@ def sql(
     if warning:
         typer.echo(warning, err=True)
     files = ArtifactFiles.scan(root_of(root))
+    try:
+        changed = files.changed(views_read(query, files.readable))
+    except user_errors() as exc:  # a manifest of the wrong shape
+        fail(str(exc))
+    if changed:
+        from coevolve.flows.render import changed_files_message
+
+        fail(changed_files_message(changed))
     try:
         table = run_query(root_of(root), query, files)
     except duckdb.Error as exc:
@@ -47,18 +56,21 @@ def sql(
 
 
 def runs(root: RootOption = None) -> None:
-    """List runs with their rounds, dataset size and success rates (from their manifests)."""
+    """List runs with their rounds, dataset size and success rates (from their manifests); a run whose
+    files cannot be read is named in a line of its own (exit status 2) and the others are listed."""
     from coevolve.flows.render import print_rows
     from coevolve.flows.summary import runs_overview
 
-    try:
-        rows = runs_overview(root_of(root))
-    except user_errors() as exc:  # a manifest of the wrong shape
-        fail(str(exc))
-    if not rows:
+    unreadable: list[str] = []
+    rows = runs_overview(root_of(root), unreadable=unreadable)
+    for line in unreadable:
+        typer.secho(f"error: {line}", fg="red", err=True)
+    if rows:
+        print_rows(rows)
+    elif not unreadable:
         typer.echo(f"no runs under {root_of(root)} yet; start one with `coevolve run configs/test-tiny.yaml`")
-        return
-    print_rows(rows)
+    if unreadable:
+        raise typer.Exit(2)
 
 
 def compare(
@@ -69,23 +81,30 @@ def compare(
     root: RootOption = None,
 ) -> None:
     """Whether two runs computed the same thing: every artifact and checkpoint file hash of every stage,
-    from the manifests. Exit status 1 when any differs (a change meant to keep behaviour must pass it)."""
-    from coevolve.flows.compare import compare_runs
+    from the manifests, after checking that each file still holds what its manifest records (sha256).
+    Exit status 1 when any differs or a file does not match its manifest (a change meant to keep
+    behaviour must pass it)."""
+    from coevolve.flows.compare import changed_files, compare_runs
 
     ours, theirs = run_layout(root, left), run_layout(other_root or root, right)
     for layout in (ours, theirs):
         if not layout.run_dir.exists():
             fail(f"no run '{layout.run}' under {layout.root}; list runs with `coevolve runs`")
     try:
+        changed = changed_files(ours) + changed_files(theirs)
         compared, differences = compare_runs(ours, theirs)
     except user_errors() as exc:  # a manifest of the wrong shape
         fail(str(exc))
+    for path in changed:
+        typer.echo(f"{path} does not match its manifest (its sha256 is not the one recorded, or it is gone)")
     for d in differences:
         typer.echo(f"round {d.round} {d.stage}: {d.what}: {d.left} != {d.right}")
     outputs = [d for d in differences if d.what != "key"]
     keys = len(differences) - len(outputs)
-    typer.echo(f"{compared} outputs compared: {len(outputs)} differ; {keys} cache keys differ")
-    if outputs:
+    unmatched = {0: "", 1: "; 1 file does not match its manifest"}.get(
+        len(changed), f"; {len(changed)} files do not match their manifests")
+    typer.echo(f"{compared} outputs compared: {len(outputs)} differ; {keys} cache keys differ{unmatched}")
+    if outputs or changed:
         raise typer.Exit(1)
 
 

@@ -6,6 +6,9 @@ exactly when they wrote the same rows and the same weights. That is the check a 
 change behaviour (a refactor, a dependency bump) passes: run a config before and after it under one run
 name in two storage roots (rows and ids carry the run's name), then compare.
 Cache keys are reported apart: a change to a stage's declaration changes its key and nothing it writes.
+Hashes in manifests say what was written, not what is there now: `changed_files` checks every file a
+manifest lists against its sha256 (`parquet.file_matches`, the check `coevolve run` makes before trusting a
+stage), so a bit flipped since, even with its modification time put back, is named, never compared as equal.
 An artifact whose files differ is read back: rows equal but for their timing columns (`schemas.TIMINGS`,
 the seconds an update took) are the same computation.
 """
@@ -13,11 +16,13 @@ the seconds an update took) are the same computation.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow.parquet as pq
 
 from coevolve.storage.layout import MANIFEST, RunLayout
 from coevolve.storage.manifest import Manifest
+from coevolve.storage.parquet import file_matches
 from coevolve.storage.schemas import TIMINGS
 
 
@@ -40,6 +45,22 @@ def _manifests(layout: RunLayout) -> dict[tuple[int, str], Manifest]:
         if manifest is not None:
             found[(manifest.round, manifest.stage)] = manifest
     return found
+
+
+def changed_files(layout: RunLayout) -> list[Path]:
+    """The files of the run that do not hold what its manifests record (a different sha256, or gone): its
+    stages' artifacts and the files of their checkpoint folders. A checkpoint folder that is gone was
+    pruned on purpose (`train.keep_checkpoints`) and is not checked, as `coevolve run` does not."""
+    changed = []
+    for manifest in _manifests(layout).values():
+        for name, ref in manifest.artifacts.items():
+            path = layout.artifact_path(manifest.round, manifest.stage, name)
+            changed += [] if file_matches(path, ref.sha256, ref.size) else [path]
+        for folder, refs in manifest.files.items():
+            directory = layout.run_dir / folder
+            if directory.is_dir():
+                changed += [directory / n for n, r in refs.items() if not file_matches(directory / n, r.sha256, r.size)]
+    return changed
 
 
 def _hashes(manifest: Manifest) -> dict[str, str]:

@@ -3,7 +3,12 @@ messages that explain a failed query.
 
 Stored text (model replies, teacher output, tool results) is shown literally: never read as Rich markup
 (`[/x]` would vanish or crash the command), with control characters made visible (`literal`; in CSV
-too, JSON escapes them itself), so a reply prints as it was written.
+too, JSON escapes them itself), so a reply prints as it was written. The escape reads one way only: a
+control character is `\\xNN`, and a run of backslashes standing before a control character or before the
+text `xNN` is doubled. So in the output an odd run of backslashes before `xNN` is an escaped character
+(`\\x1b` is ESC, `\\\\\\x1b` a backslash then ESC) and an even run is that many halved backslashes and
+the text (`\\\\x1b` is the four characters `\\x1b` as stored); every other backslash (`\\n` in JSON) is
+left as it is.
 """
 
 from __future__ import annotations
@@ -44,15 +49,28 @@ def print_table(table: pa.Table, fmt: str = "table", *, max_rows: int = 200, max
                       f"--format csv prints all)", markup=False)
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL = r"[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+_ESCAPED = re.compile(rf"(\\*)({_CONTROL}|x[0-9a-fA-F]{{2}})")
+"""A control character, or the text `xNN`, with the backslashes before it (see the module docstring)."""
+_NEEDS_ESCAPE = rf"{_CONTROL}|\\x[0-9a-fA-F]{{2}}"
+
+
+def escape_controls(text: str) -> str:
+    """`text` with its control characters as `\\xNN`, unambiguously (the module docstring's rule)."""
+    return _ESCAPED.sub(_escape, text)
+
+
+def _escape(match: re.Match) -> str:
+    backslashes, tail = match.groups()
+    return backslashes * 2 + (f"\\x{ord(tail):02x}" if len(tail) == 1 else tail)
 
 
 def literal(value: object, style: str = "") -> Text:
     """`value` as Rich text shown exactly as stored: no markup, control characters (ANSI escapes...) as
-    visible `\\xNN`."""
+    visible `\\xNN` (`escape_controls`)."""
     from rich.text import Text
 
-    return Text(_CONTROL.sub(_hex, str(value)), style=style)
+    return Text(escape_controls(str(value)), style=style)
 
 
 def _visible(table: pa.Table) -> pa.Table:
@@ -64,14 +82,10 @@ def _visible(table: pa.Table) -> pa.Table:
         if not (pa.types.is_string(field.type) or pa.types.is_large_string(field.type)):
             continue
         column = table.column(i)
-        if pc.any(pc.match_substring_regex(column, _CONTROL.pattern)).as_py():
-            values = [None if v is None else _CONTROL.sub(_hex, v) for v in column.to_pylist()]
+        if pc.any(pc.match_substring_regex(column, _NEEDS_ESCAPE)).as_py():
+            values = [None if v is None else escape_controls(v) for v in column.to_pylist()]
             table = table.set_column(i, field, pa.array(values, field.type))
-    return table.rename_columns([_CONTROL.sub(_hex, name) for name in table.column_names])
-
-
-def _hex(match: re.Match) -> str:
-    return f"\\x{ord(match.group()):02x}"
+    return table.rename_columns([escape_controls(name) for name in table.column_names])
 
 
 def _cell(value: object) -> str:
@@ -97,46 +111,88 @@ def print_rows(rows: list[dict]) -> None:
 
 
 _ARTIFACT_PATH = re.compile(r"run=([^/'\"]+)/round=(\d+)/stage=(\w+)/(\w+)\.parquet")
-
-
+_QUOTED_ARTIFACT = re.compile(r"[\"']([^\"'\n]*run=[^/'\"]+/round=\d+/stage=\w+/\w+\.parquet)[\"']")
+"""An artifact file named in an error message, as DuckDB quotes it (absolute, or relative to the cwd)."""
 _MISSING_TABLE = re.compile(r"Table with name (\w+) does not exist")
 
 
 def _rebuild(path: Path | str) -> str:
+    """The command that rebuilds the artifact file `path` (under its storage root), or "" for another path."""
     found = _ARTIFACT_PATH.search(str(path))
     if not found:
         return ""
     run, round_, stage, _ = found.groups()
-    return f"coevolve stage {stage} --run {run} --round {round_} --force"
+    return f"coevolve stage {stage} --run {run} --round {round_} --force{_root_option_of(path)}"
+
+
+def _root_option_of(path: Path | str) -> str:
+    """` --root ROOT` for the storage root holding the artifact file `path`, or "" for the default root."""
+    from coevolve.storage.layout import root_option
+
+    found = _ARTIFACT_PATH.search(str(path))
+    return root_option(Path(str(path)[: found.start()] or "."))
 
 
 def unreadable_notes(paths: list[Path]) -> list[str]:
-    """One line per corrupt artifact file the views leave out, with the command that rebuilds it."""
-    return [
-        f"warning: left out of the views: {path} is not readable Parquet"
-        + (f"; rebuild it with `{_rebuild(path)}`" if _rebuild(path) else "")
-        for path in paths
-    ]
+    """One line per artifact file the views leave out, with why (`catalog.unreadable_reason`) and, for a
+    corrupt one, the command that rebuilds it."""
+    from coevolve.storage.catalog import unreadable_reason
+
+    notes = []
+    for path in paths:
+        reason = unreadable_reason(path) or "is not readable Parquet"
+        fix = f"; rebuild it with `{_rebuild(path)}`" if _rebuild(path) and "Parquet" in reason else ""
+        notes.append(f"warning: left out of the views: {path} {reason}{fix}")
+    return notes
+
+
+def changed_files_message(paths: list[Path]) -> str:
+    """One paragraph for artifact files that no longer hold what their stage wrote: nothing was queried."""
+    first, others = paths[0], len(paths) - 1
+    also = f" (and {others} other file{'s' if others > 1 else ''}: {', '.join(map(str, paths[1:4]))})" if others else ""
+    fix = f" Rebuild it with `{_rebuild(first)}`." if _rebuild(first) else ""
+    return (f"{first} does not match its manifest: its sha256 is not the one its stage recorded (changed on "
+            f"disk since it was written){also}; nothing was queried.{fix}")
 
 
 def explain_query_error(exc: Exception, root: Path) -> str:
-    """One paragraph for a failed query: a corrupt artifact names the command that rebuilds it."""
+    """One paragraph for a failed query, naming its real cause: a file refused by the read-only rules, a
+    file the OS will not open, or a corrupt artifact (with the command that rebuilds it)."""
+    import duckdb
+
     text = str(exc).strip()
-    found = _ARTIFACT_PATH.search(text)
-    if found and "*" not in found.group(0):
-        run, round_, stage, artifact = found.groups()
-        return (f"cannot read {root}/{found.group(0)} ({text.splitlines()[0]}): the file is corrupt or "
-                f"half-written. Rebuild it with `coevolve stage {stage} --run {run} --round {round_} --force`, "
-                f"then `coevolve run --run {run}` recomputes what depends on it.")
+    if isinstance(exc, duckdb.PermissionException) and not text.startswith("read-only"):
+        return (f"refused: {text.splitlines()[0]}. `coevolve sql` reads only the files of the runs under "
+                f"{root}; to query another storage root, pass it as --root.")
+    quoted = _QUOTED_ARTIFACT.search(text)
+    if quoted and "*" not in quoted.group(1):
+        return _explain_file_error(Path(quoted.group(1)), text.splitlines()[0]) or text
     if "does not exist" in text and ("Table" in text or "Catalog" in text):
         from coevolve.storage.catalog import ArtifactFiles
 
         files, missing = ArtifactFiles.scan(root), _MISSING_TABLE.search(text)
         broken = [p for p in files.unreadable if missing and p.name == f"{missing.group(1)}.parquet"]
-        if broken:  # every file of that view is corrupt, so there is no view
-            commands = "; ".join(f"`{_rebuild(p)}`" for p in broken if _rebuild(p))
-            return (f"no readable {missing.group(1)} files under {root}: {len(broken)} corrupt or half-written "
-                    f"({broken[0]}). Rebuild with {commands}.")
+        if broken:  # every file of that view is left out, so there is no view
+            notes = "; ".join(note.removeprefix("warning: left out of the views: ") for note in unreadable_notes(broken))
+            return f"no readable {missing.group(1)} files under {root}: {notes}."
         views = ", ".join(files.readable) or "none yet (run `coevolve run CONFIG` first)"
         return f"{text.splitlines()[0]}. Views under {root}: {views}; columns are listed in docs/sql.md."
     return text
+
+
+def _explain_file_error(path: Path, error: str) -> str | None:
+    """Why the artifact file `path` could not be read, from the file itself; None when it reads (the error
+    had another cause)."""
+    from coevolve.storage.catalog import unreadable_reason
+
+    reason = unreadable_reason(path)
+    if reason is None:
+        return None
+    if "Parquet" not in reason:  # the OS refused it, or it is gone
+        return f"cannot read {path}: it {reason} ({error})."
+    found = _ARTIFACT_PATH.search(str(path))
+    run = found.group(1)
+    return (f"cannot read {path} ({error}): the file is corrupt or half-written. Rebuild it with "
+            f"`{_rebuild(path)}`, then `coevolve run --run {run}{_root_option_of(path)}` recomputes what "
+            f"depends on it.")
+

@@ -21,11 +21,18 @@ memory with absolute paths, never lock the catalog file, and are read-only (`con
 A corrupt or half-written file (its Parquet footer does not parse) would make every query on its view
 fail. Such files are left out: that view lists the readable files explicitly instead of a glob, and
 `ArtifactFiles.unreadable` names the skipped ones (`coevolve sql` prints them with the rebuild command).
+
+A file that parses but is not what its stage wrote (a flipped bit, an edit with its mtime put back) would
+be read as data. `ArtifactFiles.changed` checks the files of the views a query reads against their
+manifests' sha256 (`parquet.file_matches`, the check `coevolve run` makes before trusting a stage; each
+file hashed at most once per process), and `coevolve sql` refuses the query naming the file.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +40,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from coevolve.storage.layout import MANIFEST
+from coevolve.storage.manifest import Manifest
+from coevolve.storage.parquet import file_matches
 from coevolve.storage.schemas import ARTIFACTS
 
 CATALOG = "catalog.duckdb"
@@ -52,12 +62,20 @@ def present_artifacts(root: Path) -> list[str]:
     return [name for name in ARTIFACTS if any(root.glob(f"run=*/round=*/stage=*/{name}.parquet"))]
 
 
-def _readable(path: Path) -> bool:
+def unreadable_reason(path: Path) -> str | None:
+    """Why `path` does not read as Parquet, to follow its name in a sentence: the operating system's
+    refusal ("cannot be opened (Permission denied)") or a footer that does not parse ("is not readable
+    Parquet": corrupt or half-written); None when it reads."""
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        return f"cannot be opened ({exc.strerror or type(exc).__name__})"
     try:
         pq.read_metadata(path)
     except (pa.ArrowException, OSError):
-        return False
-    return True
+        return "is not readable Parquet"
+    return None
 
 
 @dataclass(frozen=True)
@@ -74,12 +92,42 @@ class ArtifactFiles:
         readable, unreadable = {}, []
         for name in ARTIFACTS:
             for path in sorted(root.resolve().glob(f"run=*/round=*/stage=*/{name}.parquet")):
-                (readable.setdefault(name, []) if _readable(path) else unreadable).append(path)
+                (readable.setdefault(name, []) if unreadable_reason(path) is None else unreadable).append(path)
         return cls(readable, unreadable)
 
     def complete(self, name: str) -> bool:
         """No file of `name` was left out (its view can use the glob and see new files)."""
         return all(path.name != f"{name}.parquet" for path in self.unreadable)
+
+    def changed(self, names: Iterable[str]) -> list[Path]:
+        """The readable files of the views `names` whose content is not what their stage's manifest records
+        (sha256); a file no manifest lists (a stage still writing) is not checked. A manifest of the wrong
+        shape is an `ArtifactError` naming it."""
+        manifests: dict[Path, Manifest | None] = {}
+        changed = []
+        for name in names:
+            for path in self.readable.get(name, []):
+                if path.parent not in manifests:
+                    manifests[path.parent] = Manifest.read(path.parent / MANIFEST)
+                ref = manifest.artifacts.get(name) if (manifest := manifests[path.parent]) else None
+                if ref is not None and not file_matches(path, ref.sha256, ref.size):
+                    changed.append(path)
+        return changed
+
+
+_INDIRECT = re.compile(r"query_table|read_parquet|parquet_scan|\.parquet|glob", re.IGNORECASE)
+"""What in a query may read artifact files without naming their view."""
+
+
+def views_read(sql: str, views: Iterable[str]) -> list[str]:
+    """The views among `views` that `sql` may read: those it names (a name in a string or comment counts
+    too: checking one more view costs a hash, never a wrong answer), or all of them when it reads files by
+    path or a table by a computed name."""
+    views = list(views)
+    if _INDIRECT.search(sql):
+        return views
+    words = {word.lower() for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", sql)}
+    return [view for view in views if view in words]
 
 
 def _quote(text: str) -> str:
@@ -187,11 +235,19 @@ def check_read_only(con: duckdb.DuckDBPyConnection, sql: str) -> None:
     """Only SELECT statements (DESCRIBE, SHOW, SUMMARIZE, WITH and VALUES parse as one): the file rules of
     `connect` still let COPY ... TO write under the root, e.g. over an artifact, and CREATE or ATTACH
     ':memory:' change the in-memory catalog."""
-    kinds = {statement.type.name for statement in con.extract_statements(sql)}
+    kinds = {_statement_kind(statement) for statement in con.extract_statements(sql)}
     if kinds - {"SELECT"}:
         raise duckdb.PermissionException(
             f"read-only: only SELECT statements run over the views, not {', '.join(sorted(kinds - {'SELECT'}))}"
         )
+
+
+def _statement_kind(statement: duckdb.Statement) -> str:
+    """The statement's type as the user wrote it: DuckDB files INSTALL (and FORCE INSTALL) under LOAD."""
+    kind = statement.type.name
+    if kind == "LOAD" and "INSTALL" in statement.query.upper().split()[:2]:
+        return "INSTALL"
+    return kind
 
 
 def query(root: Path, sql: str, files: ArtifactFiles | None = None) -> pa.Table:
