@@ -3,8 +3,9 @@
 The config is validated as a run would validate it (`flows.validate.check_run_config`: models, environment,
 splits), then the plan is printed: rounds and the rounds that evolve, where D_0 comes from, the held-out
 splits, the budget (rollout episodes, optimizer steps, evaluation episodes, an upper bound on generated
-tokens) and every setting that differs from the paper's (`PAPER`) or extends it (`EXTENSIONS`), so a GPU
-user knows what a match with the paper's numbers would mean (docs/reproduce.md).
+tokens) and every setting that differs from the paper's or extends it, each labelled deviation or extension
+(`coevolve.config.paper`, the table docs/reproduce.md renders), so a GPU user knows what a match with the
+paper's numbers would mean.
 """
 
 from __future__ import annotations
@@ -12,38 +13,25 @@ from __future__ import annotations
 from typing import Any
 
 from coevolve.config import CoevolveConfig
+from coevolve.config.paper import SETTINGS, Equals, differences
 from coevolve.stages.plan import evolves
 
-PAPER: dict[str, tuple[Any, str]] = {
-    "evolve.every": (10, "F, the evolution interval"),
-    "signals.window": (10, "W, the forgetting and rare window"),
-    "signals.rare_theta": (5.0, "theta, the rare threshold"),
-    "dataset.bootstrap_tasks": (100, "N, D_0's tasks from unguided exploration"),
-    "verify.enabled": (True, "environment verification"),
-    "verify.judge": ("execution", "who decides a verdict (docs/algorithm.md)"),
-    "evolve.curriculum": ("teacher", "where new tasks come from"),
-    "explore.guided": (True, "signal-guided exploration"),
-    "train.loss_normalization": ("group_tokens", "a task's rollouts' loss over their own tokens"),
-}
-"""Settings the paper fixes: their values, and what they are."""
+
+def _has(path: str) -> bool:
+    try:
+        CoevolveConfig().value(path)
+    except KeyError:
+        return path.startswith("teacher.")  # another backend's field: present when that backend is chosen
+    return True
+
+
+_FIELDS = {s.path for s in SETTINGS if _has(s.path)}
 
 EXTENSIONS: dict[str, tuple[Any, str]] = {
-    "signals.rare_unused": (False, "offered-but-unused tools counted as rare"),
-    "rollout.newest_share": (0.0, "share of a round's draws reserved for the newest admitted tasks"),
-    "merge.unsolved_weighting": (False, "admitted tasks weighted by the share of verification attempts failed"),
-    "evolve.verify_after_update": (False, "evolution after the round's update"),
-    "explore.follow_ups": (0, "follow-up exploration turns beyond the request"),
-    "evolve.last_round": (None, "evolution stops before the run ends"),
-    "abstract.single_calls": (False, "each call of a group abstracted alone too"),
-    "abstract.prefill_effect": (False, "a one-call group's reply started by what the call did"),
-    "merge.signal_weight": (1.0, "sampling weight of signal-linked tasks"),
-    "train.lr_scheduler_type": ("constant", "learning-rate schedule over the run's optimizer steps"),
-    "train.warmup_steps": (0, "optimizer steps of linear warmup"),
-    "train.warmup_ratio": (0.0, "share of the schedule's steps warming up"),
-    "train.scale_rewards": ("group", "advantages divided by the group's reward spread"),
-    "train.drop_zero_std_groups": (False, "groups with equal rewards left out of the update (dynamic sampling)"),
+    s.path: (s.matches.expected, s.why) for s in SETTINGS
+    if s.label == "extension" and isinstance(s.matches, Equals) and s.path in _FIELDS
 }
-"""Settings that are not in the paper, with the value that turns each off."""
+"""The extensions with a plain value that turns each off (`coevolve.config.paper`, the one table)."""
 
 
 def dry_run(config: CoevolveConfig) -> str:
@@ -59,17 +47,11 @@ def dry_run(config: CoevolveConfig) -> str:
     shown = ", ".join(f"{s} ({sizes.get(s, '?')} tasks)" for s in config.eval.splits) or "none"
     lines.append(f"  held out: {shown}; every {config.eval.every} rounds{', baseline first' if config.eval.baseline else ''}")
     lines += [f"  budget: {line}" for line in _budget(config, sizes)]
-    differences = [f"{path} = {config.value(path)} (paper: {paper}; {what})"
-                   for path, (paper, what) in PAPER.items() if config.value(path) != paper]  # fmt: skip
-    extended = [f"{path} = {config.value(path)} ({what})"
-                for path, (off, what) in EXTENSIONS.items() if config.value(path) != off]  # fmt: skip
-    if config.train.clip_high != config.train.clip_low:
-        extended.append(f"train.clip_high = {config.train.clip_high} (clip-high, DAPO; the paper has one epsilon, "
-                        f"{config.train.clip_low})")  # fmt: skip
-    if config.train.beta == 0:
-        extended.append("train.beta = 0 (zero-advantage rows left out of the update and of the loss's token counts)")
-    lines += ["  differs from the paper:", *(f"    {d}" for d in differences or ["nothing"])]
-    lines += ["  extensions (not in the paper):", *(f"    {e}" for e in extended or ["none"])]
+    found = sorted(differences(config), key=lambda d: not d.setting.stated)  # stated values first
+    deviations = [d.line() for d in found if d.setting.label == "deviation"]
+    extensions = [d.line() for d in found if d.setting.label == "extension"]
+    lines += ["  differs from the paper:", *(f"    {d}" for d in deviations or ["nothing"])]
+    lines += ["  extensions (not in the paper):", *(f"    {e}" for e in extensions or ["none"])]
     return "\n".join(lines)
 
 

@@ -151,8 +151,9 @@ class VerifyConfig(Section):
     greedy: bool = True
     """Greedy decoding when `attempts` is 1 (otherwise attempts sample at the rollout temperature)."""
     grounding: float = Field(0.5, ge=0.0, le=1.0)
-    """Least share of the literals a synthesized query names (numbers, identifiers with a digit, paths,
-    quoted text) that its solution must use or read; 0 turns the check off."""
+    """Extension, not the paper's (its verification is execution only): least share of the literals a
+    synthesized query names (numbers, identifiers with a digit, paths, quoted text) that its solution must
+    use or read; 0 turns the check off."""
     contamination_jaccard: float = Field(0.9, ge=0.0, le=1.0)
     """A candidate whose query has token-Jaccard >= this with a held-out eval task is discarded."""
 

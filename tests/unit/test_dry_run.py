@@ -28,8 +28,9 @@ def test_the_plan_counts_the_budget_and_names_each_difference_from_the_paper(tmp
     assert "gap-validation (96 tasks), validation (48 tasks)" in out
     assert "192 rollout episodes (8 rounds x 4 tasks x K = 6)" in out and "16 optimizer steps" in out
     assert "288 evaluation episodes (2 evaluations x 144 tasks x 1)" in out
-    assert "verify.judge = policy (paper: execution" in out and "evolve.every = 1 (paper: 10" in out
-    assert "train.clip_high = 0.28 (clip-high, DAPO" in out
+    assert "deviation: verify.judge = policy (paper: execution" in out
+    assert "deviation: evolve.every = 1 (paper: F = 10" in out
+    assert "extension: train.clip_high = 0.28 (paper: = clip_low (one epsilon)): clip-higher (DAPO)" in out
 
 
 def test_a_config_the_run_would_refuse_is_refused_by_the_dry_run(tmp_path):
