@@ -92,7 +92,8 @@ class ArtifactFiles:
         readable, unreadable = {}, []
         for name in ARTIFACTS:
             for path in sorted(root.resolve().glob(f"run=*/round=*/stage=*/{name}.parquet")):
-                (readable.setdefault(name, []) if unreadable_reason(path) is None else unreadable).append(path)
+                found = readable.setdefault(name, []) if unreadable_reason(path) is None else unreadable
+                found.append(path)
         return cls(readable, unreadable)
 
     def complete(self, name: str) -> bool:

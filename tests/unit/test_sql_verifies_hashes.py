@@ -28,7 +28,9 @@ def _run(root: Path, run: str = "demo", ids: tuple[str, ...] = ("IN-1", "IN-2"))
     """A run whose bootstrap stage wrote `tasks` with these ids, recorded in its manifest."""
     store = RunStore(RunLayout(root, run))
     ref = store.write(0, "bootstrap", "tasks", [_task(i) for i in ids])
-    Manifest("bootstrap", run, 0, "k", 1, artifacts={"tasks": ref}).write(store.layout.manifest_path(0, "bootstrap"))
+    Manifest("bootstrap", run, 0, "k", 1, artifacts={"tasks": ref}).write(
+        store.layout.manifest_path(0, "bootstrap")
+    )
     return store.layout
 
 
@@ -77,7 +79,10 @@ def test_only_the_views_a_query_reads_are_checked(tmp_path):
 
     _edit(_run(tmp_path))
     assert sql(tmp_path, "SELECT 42 AS answer").exit_code == 0
-    assert views_read("SELECT * FROM Tasks t JOIN steps USING (task_id)", ["tasks", "steps", "evals"]) == ["tasks", "steps"]
+    assert views_read("SELECT * FROM Tasks t JOIN steps USING (task_id)", ["tasks", "steps", "evals"]) == [
+        "tasks",
+        "steps",
+    ]
     assert views_read("SELECT * FROM query_table('ta' || 'sks')", ["tasks", "steps"]) == ["tasks", "steps"]
 
 
@@ -122,7 +127,14 @@ def test_a_corrupt_file_is_still_called_corrupt_with_its_rebuild_command(tmp_pat
 
 
 def test_install_is_refused_by_its_name(tmp_path):
-    for statement, kind in (("INSTALL httpfs", "INSTALL"), ("FORCE INSTALL httpfs", "INSTALL"), ("LOAD httpfs", "LOAD")):
+    for statement, kind in (
+        ("INSTALL httpfs", "INSTALL"),
+        ("FORCE INSTALL httpfs", "INSTALL"),
+        ("LOAD httpfs", "LOAD"),
+    ):
         result = sql(tmp_path, statement)
-        assert result.exit_code == 2 and f"read-only: only SELECT statements run over the views, not {kind}" in (
-            " ".join(result.output.split())), result.output
+        assert (
+            result.exit_code == 2
+            and f"read-only: only SELECT statements run over the views, not {kind}"
+            in (" ".join(result.output.split()))
+        ), result.output
