@@ -27,12 +27,13 @@ from coevolve.envs.base import (
     Evaluation,
     FreshTasks,
     Observation,
+    OptionError,
     StepResult,
     Task,
     TaskSynthesis,
 )
 
-__all__ = ["Action", "Environment", "Evaluation", "FreshTasks", "Observation", "StepResult", "Task",
+__all__ = ["Action", "Environment", "Evaluation", "FreshTasks", "Observation", "OptionError", "StepResult", "Task",
            "TaskSynthesis", "available", "environment_class", "make", "registry"]
 
 ENTRY_POINT_GROUP = "coevolve.envs"

@@ -28,7 +28,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from coevolve.core import ToolCall, content_hash
 
@@ -51,6 +51,33 @@ def family_tools(family: str) -> list[str] | None:
 
 Action = str | list[ToolCall] | list[dict[str, Any]]
 """What the agent sends to `step`: its raw reply text, or tool calls (`[]` = a final reply with no text)."""
+
+
+class EnvOptions(BaseModel):
+    """The options an environment's constructor takes (`env.options` of a run config), each with its type
+    and bounds: a subclass per environment, one field per constructor argument, checked by `check_options`
+    before anything is built. A size is bounded so that a config cannot ask for a task set that takes
+    minutes and gigabytes to generate (a dry run builds the splits it checks)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False,
+                              arbitrary_types_allowed=True)
+
+
+class OptionError(ValueError):
+    """An environment option of the wrong type or out of its bounds; the message is one line naming
+    `env.options.<field>` and what it may be."""
+
+
+def check_options(options_model: type[EnvOptions], **values: Any) -> EnvOptions:
+    """`values` validated by `options_model`, or `OptionError` naming the first bad option and its bound:
+    `env.options.n_train: input should be less than or equal to 5000 (got 1000000000)`."""
+    try:
+        return options_model.model_validate(values)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(part) for part in error["loc"])
+        said = error["msg"][:1].lower() + error["msg"][1:]
+        raise OptionError(f"env.options.{field}: {said} (got {error['input']!r})") from None
 
 
 class Task(BaseModel):

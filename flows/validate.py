@@ -75,8 +75,10 @@ def check_environment(name: str, options: dict) -> envs.Environment:
     accepted = list(inspect.signature(envs.environment_class(name)).parameters)
     unknown = sorted(set(options) - set(accepted))
     if unknown:
-        raise ConfigError(f"env.options: {name} takes no option {unknown[0]!r}; its options: {', '.join(accepted)}")
+        raise ConfigError(f"env.options.{unknown[0]}: {name} takes no such option; its options: {', '.join(accepted)}")
     try:
         return envs.make(name, **options)
+    except envs.OptionError as exc:  # already `env.options.<field>: ...`
+        raise ConfigError(str(exc)) from None
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"env.options: {exc}") from None

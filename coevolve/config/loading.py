@@ -12,6 +12,7 @@ A config path that is not a file in the working directory falls back to the copy
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +61,27 @@ def parse_config(data: Any, *, source: str, overrides: list[str] | tuple[str, ..
     except ValidationError as exc:
         problems = {}  # source -> its problems: an override's own value is blamed on the override
         for e in exc.errors():
-            field = ".".join(str(p) for p in e["loc"])
+            field, said = _problem(e)
             blamed = _override_setting(field, overrides)
-            problems.setdefault(f"--set {blamed}" if blamed else source, []).append(f"{field}: {e['msg']}")
+            problems.setdefault(f"--set {blamed}" if blamed else source, []).append(f"{field}: {said}")
         raise ConfigError("; ".join(f"{where}: {'; '.join(said)}" for where, said in problems.items())) from None
+
+
+_FIELD_PATH = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)+$")
+_BOUNDS = ("gt", "ge", "lt", "le", "max_length")
+
+
+def _problem(error: Any) -> tuple[str, str]:
+    """The field a validation error is about and what is wrong with it. A validator that checks several
+    fields names the one it blames (`train.lora_alpha: ...`); a value out of bounds says what was given."""
+    field = ".".join(str(p) for p in error["loc"])
+    said = error["msg"].removeprefix("Value error, ")
+    named, sep, rest = said.partition(": ")
+    if error["type"] == "value_error" and sep and _FIELD_PATH.match(named):
+        return named, rest
+    if any(bound in error.get("ctx", {}) for bound in _BOUNDS) and not isinstance(error["input"], dict | list):
+        said += f" (got {error['input']!r})"
+    return field, said
 
 
 def _override_setting(field: str, overrides: list[str] | tuple[str, ...]) -> str | None:

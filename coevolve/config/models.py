@@ -25,7 +25,7 @@ from coevolve.config.teacher import (
     TeacherConfig,
     _key_variable,
 )
-from coevolve.config.train import LOSS_TYPES, TrainConfig  # noqa: F401 - part of the config's models
+from coevolve.config.train import LOSS_TYPES, MAX_LORA_SCALE, TrainConfig, check_lora_scale  # noqa: F401
 
 
 class ModelConfig(Section):
@@ -37,7 +37,7 @@ class ModelConfig(Section):
     """Torch device of the in-process engine and trainer."""
     generation_batch_size: int = Field(16, ge=1, le=65_536)
     """Most sequences generated together in one forward batch."""
-    servers: list[str] = Field(default_factory=list)
+    servers: list[str] = Field(default_factory=list, max_length=1024)
     """OpenAI-compatible inference servers (base URLs with `/v1`; `coevolve engine serve`) that generate for
     the policy, round-robin; empty = the in-process transformers engine. After each update the servers load
     its checkpoint (they must be able to read the run's directory): the LoRA adapter with
@@ -71,7 +71,7 @@ class EnvConfig(Section):
 class DatasetConfig(Section):
     seed_split: str | None = "train"
     """Environment split that seeds D_0; None = no seed tasks (D_0 from exploration only)."""
-    max_tasks: int | None = Field(None, ge=1)
+    max_tasks: int | None = Field(None, ge=1, le=1_000_000)
     """Use at most this many seed tasks (a seeded sample); None = all."""
     sample_seed: int | None = None
     """Seeds the sample of `max_tasks` seed tasks; None: the run's seed (`run.seed`), so seeds differ in D_0
@@ -116,13 +116,13 @@ class RolloutConfig(Section):
 
 
 class EvalConfig(Section):
-    every: int = Field(1, ge=0)
+    every: int = Field(1, ge=0, le=10_000)
     """Evaluate the policy after every E-th round's update (0 = never)."""
     baseline: bool = True
     """Also evaluate the initial policy in round 0 (stage `baseline`)."""
     splits: tuple[str, ...] = ("test",)
     """Held-out environment splits to score; the dataset never contains them."""
-    max_tasks: int | None = Field(None, ge=1)
+    max_tasks: int | None = Field(None, ge=1, le=1_000_000)
     """Score at most this many tasks per split (a fixed seeded sample); None = all."""
     greedy: bool = True
     """Greedy decoding for evaluation (else the rollout temperature)."""
@@ -157,7 +157,7 @@ class RuntimeSection(Section):
     """Run environment episodes in Ray actors of the cluster at this address (`host:port`, or `auto`),
     one environment per actor (`envs.ray_workers`); unset: in the driver process. Not part of any cache
     key: where episodes run does not change what they produce."""
-    ray_actor_cpus: float = Field(0.0, ge=0.0)
+    ray_actor_cpus: float = Field(0.0, ge=0.0, le=1024.0)
     """CPUs each environment actor reserves in Ray's scheduler (0: as many actors as episodes)."""
 
 
@@ -206,8 +206,14 @@ class WarmStartSection(Section):
     """0: fine-tune every weight. Else train a LoRA adapter of this rank on every linear layer and merge it
     (`stages.warm_start.adapters`): a start small enough to ship (`configs/warm-starts/`), merged in seconds
     instead of trained. Use a larger `lr` than for a full fine-tune."""
-    lora_alpha: float = Field(32.0, gt=0.0)
-    """LoRA scaling numerator (the adapter's update is scaled by lora_alpha / lora_rank)."""
+    lora_alpha: float = Field(32.0, gt=0.0, le=MAX_LORA_SCALE * 65_536)
+    """LoRA scaling numerator (the adapter's update is scaled by lora_alpha / lora_rank, at most
+    `MAX_LORA_SCALE` = 64)."""
+
+    @model_validator(mode="after")
+    def _sane_lora_scale(self) -> WarmStartSection:
+        check_lora_scale("warm_start", self.lora_rank, self.lora_alpha)
+        return self
 
 
 class CoevolveConfig(Section):

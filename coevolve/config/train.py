@@ -9,6 +9,11 @@ from pydantic import Field, model_validator
 
 from coevolve.config.section import Section
 
+MAX_LORA_SCALE = 64.0
+"""Largest LoRA scale (`lora_alpha / lora_rank`) a config may set: common choices are 0.5 to 4 (alpha = r or
+2r; the shipped configs use 2 and 4). The scale multiplies the adapter's gradient and every step's change of
+the weights, so an absurd one overflows the first gradient whatever the learning rate."""
+
 LOSS_TYPES = {"dapo": "batch_tokens", "grpo": "sequence", "dr_grpo": "fixed_tokens"}
 """TRL's `loss_type` values offered, and the `train.loss_normalization` each one is."""
 
@@ -80,15 +85,16 @@ class TrainConfig(Section):
     (`mini_batches: 1`, `epochs: 1`) the PPO ratio is 1 and the clip never acts; the paper gives no number."""
     epochs: int = Field(1, ge=1, le=1000)
     """Passes over the round's samples."""
-    max_grad_norm: float = Field(1.0, gt=0.0)
+    max_grad_norm: float = Field(1.0, gt=0.0, le=1e4)
     """Gradient-norm clip."""
-    keep_checkpoints: int = Field(2, ge=1)
+    keep_checkpoints: int = Field(2, ge=1, le=10_000)
     """Most recent round checkpoints kept on disk (older ones are pruned)."""
     lora_rank: int = Field(0, ge=0, le=65_536)
     """0 = full fine-tuning; r > 0 trains a LoRA adapter (peft) of rank r on every linear layer, and the KL
     reference is the base model with the adapter disabled (no second model in memory)."""
-    lora_alpha: float = Field(32.0, gt=0.0)
-    """LoRA scaling numerator (the adapter's update is scaled by lora_alpha / lora_rank)."""
+    lora_alpha: float = Field(32.0, gt=0.0, le=MAX_LORA_SCALE * 65_536)
+    """LoRA scaling numerator (the adapter's update is scaled by lora_alpha / lora_rank, at most
+    `MAX_LORA_SCALE` = 64)."""
     accelerate_config: str | None = None
     """An accelerate config file (`configs/accelerate/`): the update runs under `accelerate launch` over
     its processes, data-parallel (`stages/distributed_update.py`); unset: in the flow's process."""
@@ -127,6 +133,7 @@ class TrainConfig(Section):
         if self.loss_normalization == "fixed_tokens" and self.fixed_tokens is None:
             raise ValueError("train.fixed_tokens: loss_normalization fixed_tokens (loss_type dr_grpo) divides by "
                              "it; set it, e.g. to rollout.max_replies x rollout.max_new_tokens")
+        check_lora_scale("train", self.lora_rank, self.lora_alpha)
         if self.warmup_steps and self.warmup_ratio:
             raise ValueError("train.warmup_ratio: give warmup_steps or warmup_ratio, not both")
         if self.lr_scheduler_type == "constant" and (self.warmup_steps or self.warmup_ratio):
@@ -137,3 +144,11 @@ class TrainConfig(Section):
             raise ValueError(f"train.schedule_rounds: {what} needs the rounds the schedule spans "
                              f"(usually run.rounds)")
         return self
+
+
+def check_lora_scale(section: str, rank: int, alpha: float) -> None:
+    """Raise naming `<section>.lora_alpha` when a LoRA adapter's scale `alpha / rank` passes `MAX_LORA_SCALE`."""
+    if rank > 0 and alpha / rank > MAX_LORA_SCALE:
+        raise ValueError(f"{section}.lora_alpha: {alpha:g} / lora_rank {rank} scales the adapter by {alpha / rank:g}, "
+                         f"more than {MAX_LORA_SCALE:g}; at most lora_alpha {MAX_LORA_SCALE * rank:g} for rank {rank} "
+                         f"(usual: lora_alpha = lora_rank or 2 x lora_rank)")

@@ -45,7 +45,9 @@ import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from coevolve.core import ToolCall
 from coevolve.envs.answers import answer_found
@@ -64,11 +66,13 @@ from coevolve.envs.appworld.tasks import (
 from coevolve.envs.base import (
     Action,
     Environment,
+    EnvOptions,
     Evaluation,
     Observation,
     StepResult,
     Task,
     TaskSynthesis,
+    check_options,
 )
 
 PARTIAL_CREDIT_SCALE = 0.4
@@ -80,6 +84,27 @@ _FAILED_PREFIX = "Execution failed"
 _MAX_REQUIREMENTS = 10
 MAX_LEDGER_CHARS = 20_000
 """Longest execution output kept in `info["calls"]` (the ledger); the agent sees `max_output_chars`."""
+
+
+class AppWorldOptions(EnvOptions):
+    """AppWorld's options, with their bounds (defaults: `AppWorldEnv`'s signature)."""
+
+    base_url: str
+    """The AppWorld environment server."""
+    split_tasks: dict[str, Any] | None
+    """Extra or replaced splits: split name -> task ids, or a file listing them (`tasks.task_ids`)."""
+    timeout: Annotated[float, Field(gt=0, le=3600)]
+    """Seconds a request to the server may take."""
+    max_interactions: Annotated[int, Field(ge=1, le=1000)]
+    """Code executions an episode may take."""
+    experiment_name: Annotated[str, Field(min_length=1, pattern=r"^[^/]+$")]
+    """The server's output folder of the episodes (a plain folder name)."""
+    data_root: Any
+    """AppWorld's data folder (default: `APPWORLD_ROOT` or the package's)."""
+    partial_credit: bool
+    """Reward a failed episode for the share of its unit tests that pass."""
+    max_output_chars: Annotated[int, Field(ge=200, le=1_000_000)]
+    """Longest execution output the agent sees."""
 
 
 @dataclass
@@ -111,10 +136,9 @@ class AppWorldEnv(Environment, TaskSynthesis):
         partial_credit: bool = True,
         max_output_chars: int = 6000,
     ) -> None:
-        if max_interactions < 1 or max_output_chars < 200:
-            raise ValueError("max_interactions must be >= 1 and max_output_chars >= 200")
-        if not experiment_name or "/" in experiment_name:
-            raise ValueError(f"experiment_name must be a plain folder name, got {experiment_name!r}")
+        check_options(AppWorldOptions, base_url=base_url, split_tasks=split_tasks, timeout=timeout,
+                      max_interactions=max_interactions, experiment_name=experiment_name, data_root=data_root,
+                      partial_credit=partial_credit, max_output_chars=max_output_chars)  # fmt: skip
         self.client = AppWorldClient(base_url, timeout)
         self.split_tasks = dict(split_tasks or {})
         self.max_interactions, self.max_output_chars = max_interactions, max_output_chars

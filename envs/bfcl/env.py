@@ -39,19 +39,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 import coevolve.envs.bfcl.data as data
 from coevolve.core import ToolCall, content_hash
 from coevolve.envs.base import (
     Action,
     Environment,
+    EnvOptions,
     Evaluation,
     Observation,
     StepResult,
     Task,
     TaskSynthesis,
     as_tool_calls,
+    check_options,
 )
 from coevolve.envs.bfcl.backends import Backends, Scenario, backend_class, public_methods
 from coevolve.envs.bfcl.checker import check_turns
@@ -60,6 +64,21 @@ from coevolve.envs.bfcl.state import public_state
 
 MAX_STEPS_PER_TURN = 20
 PARTIAL_CREDIT_SCALE = 0.4
+
+
+class BfclOptions(EnvOptions):
+    """BFCL's options, with their bounds (defaults: `BfclEnv`'s signature)."""
+
+    category: str
+    """BFCL multi-turn category (`base`, `miss_func`, ...; `data.category_name`)."""
+    seed: int
+    """Seeds the split of the category's tasks (`data.select_split`)."""
+    max_steps_per_turn: Annotated[int, Field(ge=1, le=1000)]
+    """Tool-calling steps a user turn may take before it ends."""
+    partial_credit: bool
+    """Reward a failed episode for the turns it got right (scaled by `PARTIAL_CREDIT_SCALE`)."""
+    check_types: bool
+    """Refuse calls whose argument types do not match the function's docs."""
 
 
 @dataclass(frozen=True)
@@ -102,8 +121,8 @@ class BfclEnv(Environment, TaskSynthesis):
         partial_credit: bool = False,
         check_types: bool = True,
     ) -> None:
-        if max_steps_per_turn < 1:
-            raise ValueError("max_steps_per_turn must be >= 1")
+        check_options(BfclOptions, category=category, seed=seed, max_steps_per_turn=max_steps_per_turn,
+                      partial_credit=partial_credit, check_types=check_types)
         self.category = data.category_name(category)
         self.seed, self.max_steps_per_turn, self.partial_credit = seed, max_steps_per_turn, partial_credit
         self.check_types = check_types

@@ -18,18 +18,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import Field
 
 from coevolve.core import ToolCall, content_hash
 from coevolve.envs.base import (
     Action,
     Environment,
+    EnvOptions,
     Evaluation,
     FreshTasks,
     Observation,
     StepResult,
     Task,
     TaskSynthesis,
+    check_options,
 )
 from coevolve.envs.toolworld.checker import ToolUse, build_checker, score
 from coevolve.envs.toolworld.demonstrations import demonstrations
@@ -45,7 +49,12 @@ from coevolve.envs.toolworld.tools import ToolCatalog
 from coevolve.envs.toolworld.world import World
 from coevolve.llm.toolcalls import ParsedReply, parse_call_list, parse_tool_calls
 
-TOOL_MODES = ("involved", "all")
+ToolMode = Literal["involved", "all"]
+TOOL_MODES = get_args(ToolMode)
+MAX_SPLIT_TASKS = 5000
+"""Most tasks a split may hold: the paper's benchmarks have a few thousand per split at most, the shipped
+configs 200. A task takes about a millisecond to generate and a few kilobytes to hold, and a dry run builds
+the training and held-out splits it checks (twice): at this bound about 20 s and 350 MB."""
 EXCLUDED = {"train": (), "test": ("train",), "validation": ("train", "test"), "heldout-templates": (),
             "gap-validation": (), "gap-test": ("gap-validation",)}
 """Splits whose task ids a split never repeats."""
@@ -72,6 +81,36 @@ def read_action(action: Any) -> ParsedReply:
     return parse_tool_calls(action) if isinstance(action, str) else parse_call_list(action)
 
 
+SplitSize = Annotated[int, Field(ge=0, le=MAX_SPLIT_TASKS)]
+
+
+class ToolWorldOptions(EnvOptions):
+    """The tool world's options, with their bounds (defaults: `ToolWorldEnv`'s signature)."""
+
+    seed: int
+    """Seeds the generated splits and tool docs."""
+    n_train: SplitSize
+    """Tasks of the `train` split."""
+    n_test: SplitSize
+    """Tasks of the `test` split (none of train's)."""
+    n_heldout: SplitSize
+    """Tasks of the `heldout-templates` split (families no other split has)."""
+    n_validation: SplitSize
+    """Tasks of the `validation` split (none of train's or test's)."""
+    max_steps_per_turn: Annotated[int, Field(ge=1, le=1000)]
+    """Tool-calling steps a user turn may take before it ends unanswered."""
+    tools: ToolMode
+    """`involved`: the tools of the task's apps are offered; `all`: every tool."""
+    strict_arguments: bool
+    """Refuse calls whose arguments do not match the tool's schema exactly."""
+    gap_families: Annotated[tuple[str, ...], Field(max_length=100)]
+    """The coverage gap: families of the `gap-validation`/`gap-test` splits only."""
+    n_gap_validation: SplitSize
+    """Tasks of the `gap-validation` split."""
+    n_gap_test: SplitSize
+    """Tasks of the `gap-test` split (none of gap-validation's)."""
+
+
 class ToolWorldEnv(Environment, TaskSynthesis, FreshTasks):
     """One tool-world episode at a time; tasks and tool docs are generated per instance."""
 
@@ -91,10 +130,10 @@ class ToolWorldEnv(Environment, TaskSynthesis, FreshTasks):
         n_gap_validation: int = 48,
         n_gap_test: int = 48,
     ) -> None:
-        if tools not in TOOL_MODES:
-            raise ValueError(f"tools must be one of {TOOL_MODES}, got {tools!r}")
-        if max_steps_per_turn < 1 or min(n_train, n_test, n_heldout, n_validation, n_gap_validation, n_gap_test) < 0:
-            raise ValueError("max_steps_per_turn must be >= 1 and split sizes >= 0")
+        check_options(ToolWorldOptions, seed=seed, n_train=n_train, n_test=n_test, n_heldout=n_heldout,
+                      n_validation=n_validation, max_steps_per_turn=max_steps_per_turn, tools=tools,
+                      strict_arguments=strict_arguments, gap_families=gap_families,
+                      n_gap_validation=n_gap_validation, n_gap_test=n_gap_test)  # fmt: skip
         errors = gap_family_errors(list(gap_families))
         if errors:
             raise ValueError(errors[0])
