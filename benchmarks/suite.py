@@ -30,6 +30,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "first-reply-probe": Benchmark("first_reply_probe", "prompt variants: how often the first reply is a well-formed, right, exact call"),
     "warm-start-probe": Benchmark("warm_start_probe", "training success of the warm-started policy, per family"),
     "abstraction-probe": Benchmark("abstraction_probe", "how many of a teacher's abstractions pass verification's environment checks"),
+    "explore-yield": Benchmark("explore_yield", "each exploration link alone on validation worlds: named gap tool called, verified, admitted"),
     "teacher-prefill-probe": Benchmark("teacher_prefill_probe", "reflection replies that parse, with and without the assistant prefill"),
     "signals": Benchmark("signals_bench", "speed of extract_signals on a 5M-step ledger, against plain Python"),
     "bfcl-replay": Benchmark("bfcl_replay", "BFCL ground truths replayed through our environment, timed against bfcl-eval's checker"),
