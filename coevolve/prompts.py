@@ -37,7 +37,8 @@ def abstract_prefix(calls: Sequence[dict], *, by_effect: bool = False) -> str:
     return ABSTRACT_PREFIX + '0], "answers": ['
 
 
-SENT_BY = {"reflect": "explore", "explore": "explore", "explore_follow_up": "explore", "abstract": "abstract"}
+SENT_BY = {"reflect": "explore", "explore": "explore", "explore_follow_up": "explore", "explore_named_tool": "explore",
+           "abstract": "abstract"}
 """Each prompt's stage: its template is `stages/<stage>/prompts/<name>.md`."""
 
 

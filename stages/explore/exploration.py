@@ -12,6 +12,11 @@ request out and stops, and its calls abstract to the explored task again.
 
 Unguided exploration (the paper's "random exploration" ablation, and the bootstrap of D_0) gives the
 teacher a world under a generic request and a few random tools instead (`unguided_target`).
+
+A target whose signal names a tool (`Target.named_tool`, `named_tool.signal_tool`) can be pointed at it
+(extensions, not the paper's): `named_tool_context` puts the tool's schema and its app's listing in the
+context and the instructions (`explore_named_tool` prompt), `prefill_named_tool` starts the first reply of
+each of its episodes with a call of it (`named_tool.PrefilledEngine`).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from coevolve.envs.base import Environment, EnvironmentWrapper, Observation, Tas
 from coevolve.llm.chat import describe_tool
 from coevolve.llm.replies import JsonReplyError, extract_json, short_text
 from coevolve.prompts import REFLECT_PREFIX, render_prompt
+from coevolve.stages.explore.named_tool import PrefilledEngine, call_prefix, with_named_tool
 
 MAX_FIELD_CHARS = 1000
 
@@ -63,6 +69,8 @@ class Target:
     evidence: str = ""
     context: dict | None = None
     """A preset context (unguided bootstrap exploration); None = ask the teacher to reflect."""
+    named_tool: str | None = None
+    """The tool the signal names (`named_tool.signal_tool`), if any."""
 
 
 @dataclass
@@ -75,22 +83,54 @@ class Exploration:
     episodes: list[Episode] = field(default_factory=list)
 
 
-def select_signals(signals: list[dict], kinds: tuple[str, ...], limit: int) -> list[dict]:
-    """At most `limit` signals, one per task: kinds in `kinds` order, then newest round, then task id and
-    the trajectory's sample index (`sample`, when the rows carry it), then id. Ids hash the run's name, so
-    ranking by them alone would let two runs of one seed (two arms of an experiment) explore different
-    trajectories."""
+ALLOTMENTS = ("priority", "round_robin")
+
+
+def select_signals(signals: list[dict], kinds: tuple[str, ...], limit: int, allotment: str = "priority") -> list[dict]:
+    """At most `limit` signals, one per task (and one per tool among `unused` signals, whose evidence names
+    it). Each kind's signals rank newest round first, then by task id and the trajectory's sample index
+    (`sample`, when the rows carry it), then id. Ids hash the run's name, so ranking by them alone would let
+    two runs of one seed (two arms of an experiment) explore different trajectories.
+
+    `priority`: kinds in `kinds` order, so a later kind gets what the earlier ones leave. `round_robin`
+    (extension, not the paper's): one signal of each kind in turn, in `kinds` order, so that no kind starves.
+    """
+    if allotment not in ALLOTMENTS:
+        raise ValueError(f"allotment: expected one of {list(ALLOTMENTS)}, got {allotment!r}")
     order = {kind: i for i, kind in enumerate(kinds)}
     ranked = sorted(
         (s for s in signals if s["kind"] in order),
         key=lambda s: (order[s["kind"]], -s["trajectory_round"], s["task_id"], s.get("sample", 0), s["signal_id"]),
     )
-    chosen, tasks = [], set()
-    for signal in ranked:
-        if signal["task_id"] not in tasks and len(chosen) < limit:
+    queues = [iter(ranked)] if allotment == "priority" else [iter([s for s in ranked if s["kind"] == k]) for k in kinds]
+    chosen, tasks, tools = [], set(), set()
+    while queues and len(chosen) < limit:
+        for queue in list(queues):  # a turn: each kind's next signal that is free (priority: one queue)
+            signal = next((s for s in queue if _free(s, tasks, tools)), None)
+            if signal is None:
+                queues.remove(queue)
+                continue
             tasks.add(signal["task_id"])
+            tools.add(_unused_tool(signal))
             chosen.append(signal)
+            if len(chosen) == limit:
+                break
     return chosen
+
+
+def _free(signal: dict, tasks: set, tools: set) -> bool:
+    """Neither its task nor (an `unused` signal's) its tool is chosen yet."""
+    tool = _unused_tool(signal)
+    return signal["task_id"] not in tasks and (tool is None or tool not in tools)
+
+
+def _unused_tool(signal: dict) -> str | None:
+    if signal["kind"] != "unused":
+        return None
+    try:
+        return json.loads(signal.get("evidence") or "{}").get("tool")
+    except (ValueError, AttributeError):
+        return None
 
 
 def exploration_id(run: str, round_: int, key: str) -> str:
@@ -189,13 +229,25 @@ class ContextEnv(EnvironmentWrapper):
         return Observation(messages=messages, tools=obs.tools)
 
 
+NAMED_LISTING_STEP = "First call {listing} (it takes no arguments) to see which values exist, then call {tool} with values it shows."
+NAMED_CALL_STEP = "Call {tool} with argument values you have seen."
+
+
 def explore_instructions(context: dict) -> str:
-    return render_prompt(
+    """The `explore` prompt for `context`; a context that names a tool (`named_tool.with_named_tool`) adds
+    the `explore_named_tool` prompt with its schema and listing."""
+    text = render_prompt(
         "explore",
         tools=", ".join(context["tools"]) or "any",
         diagnosis=context["diagnosis"] or "unknown",
         plan=context["plan"],
     )
+    if not context.get("named_tools"):
+        return text
+    tool, listing = context["named_tools"][0], context.get("listing")
+    step = (NAMED_LISTING_STEP if listing else NAMED_CALL_STEP).format(tool=tool, listing=listing)
+    schema = json.dumps(context["named_tool_schema"], sort_keys=True)
+    return text.rstrip("\n") + "\n\n" + render_prompt("explore_named_tool", tool=tool, schema=schema, step=step)
 
 
 def offered_tools(make_env: Callable[[], Environment], task: Task) -> list[dict]:
@@ -216,10 +268,14 @@ def explore(
     seed: int,
     follow_ups: int = 0,
     progress: Callable[[int], None] | None = None,
+    named_tool_context: bool = False,
+    prefill_named_tool: bool = False,
 ) -> list[Exploration]:
     """Reflect on each target (unless its context is preset), then run `rounds` episodes per context, each
     with `follow_ups` turns after the task's own (`exploration_task`). `progress(n)` counts episodes
-    (`rounds` per target: a target without a context counts as done at once)."""
+    (`rounds` per target: a target without a context counts as done at once). A target that names a tool:
+    `named_tool_context` adds its schema and listing to the context, `prefill_named_tool` starts each of its
+    episodes' first reply with a call of it."""
     explorations = [Exploration(t, context=t.context) for t in targets]
     asking, tools = [], {}
     for x in explorations:
@@ -241,23 +297,33 @@ def explore(
         names = {t["function"]["name"] for t in tools[x.target.exploration_id]}
         x.reflection = reply
         x.context, x.status, x.reason = parse_context(reply, names)
+        if x.status == "ok" and named_tool_context and x.target.named_tool:
+            x.context = with_named_tool(x.context, tools[x.target.exploration_id], x.target.named_tool)
     ready = [x for x in explorations if x.status == "ok"]
     if progress and len(ready) < len(explorations):
         progress(rounds * (len(explorations) - len(ready)))
     instructions = {x.target.task.id: explore_instructions(x.context) for x in ready}
-    jobs = [(exploration_task(x.target.task, follow_ups), k) for x in ready for k in range(rounds)]
-    episodes = run_episodes(
-        teacher.engine,
-        teacher.chat,
-        lambda: ContextEnv(make_env(), instructions),
-        jobs,
-        teacher.settings.step_sampling(seed),
-        EpisodeLimits(steps, teacher.settings.max_context_tokens),
-        seed=seed,
-        progress=progress,
-    )
-    for i, x in enumerate(ready):
-        x.episodes = episodes[i * rounds : (i + 1) * rounds]
+    prefixes = {id(x): call_prefix(x.target.named_tool) if prefill_named_tool and x.target.named_tool else ""
+                for x in ready}  # fmt: skip
+    for x in ready:
+        if prefixes[id(x)]:  # recorded with the context, for the audit of what the teacher was given
+            x.context = {**x.context, "prefilled_tool": x.target.named_tool}
+    for prefix in dict.fromkeys(prefixes.values()):  # one batch per prefix; without prefill, one batch
+        batch = [x for x in ready if prefixes[id(x)] == prefix]
+        engine = PrefilledEngine(teacher.engine, prefix, teacher.chat.encode) if prefix else teacher.engine
+        jobs = [(exploration_task(x.target.task, follow_ups), k) for x in batch for k in range(rounds)]
+        episodes = run_episodes(
+            engine,
+            teacher.chat,
+            lambda: ContextEnv(make_env(), instructions),
+            jobs,
+            teacher.settings.step_sampling(seed),
+            EpisodeLimits(steps, teacher.settings.max_context_tokens),
+            seed=seed,
+            progress=progress,
+        )
+        for i, x in enumerate(batch):
+            x.episodes = episodes[i * rounds : (i + 1) * rounds]
     return explorations
 
 

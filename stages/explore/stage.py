@@ -1,10 +1,13 @@
 """explore: signal-guided re-exploration by the teacher (step 3 of the loop).
 
-For each selected signal (at most `explore.max_explorations`, one per task, kinds in `signals.kinds`
-order, newest round first) the teacher reflects on the marked trajectory and explores the task's world
+For each selected signal (at most `explore.max_explorations`, one per task; `explore.allotment` shares them
+among the kinds of `signals.kinds`, newest round first) the teacher reflects on the marked trajectory and
+explores the task's world
 under the context it wrote (`stages.explore.exploration.explore`: R episodes of up to S replies, follow-up
 turns asking it to go beyond the request). Writes `explorations` (reflection, context, status, the
-explored task) and the episodes as `trajectories`/`steps` with source `explore`.
+explored task) and the episodes as `trajectories`/`steps` with source `explore`. A signal that names a tool
+(an `unused` one, a rare one of tool patterns) gives its target that tool (`named_tool.signal_tool`), which
+`explore.named_tool_context` and `explore.prefill_named_tool` point the exploration at.
 
 `explore.guided: false` (the paper's "random exploration" ablation) ignores the signals: as many random
 worlds of the round's dataset are explored under a generic request and a few random tools.
@@ -48,6 +51,7 @@ from coevolve.stages.explore.exploration import (
     select_signals,
     unguided_target,
 )
+from coevolve.stages.explore.named_tool import signal_tool
 
 OUTCOME_COLUMNS = ["trajectory_id", "sample", "reward", "success"]
 
@@ -58,7 +62,8 @@ def signal_targets(ctx: StageContext, round_: int, inputs: Inputs) -> list[Targe
     rounds = sorted({s["trajectory_round"] for s in signals})
     outcomes = {row["trajectory_id"]: row for row in inputs["trajectories"].rows(OUTCOME_COLUMNS, rounds=rounds)}
     chosen = select_signals([{**s, "sample": outcomes.get(s["trajectory_id"], {}).get("sample", 0)} for s in signals],
-                            ctx.config.signals.kinds, ctx.config.explore.max_explorations)
+                            ctx.config.signals.kinds, ctx.config.explore.max_explorations,
+                            ctx.config.explore.allotment)
     task_ids = sorted({s["task_id"] for s in chosen})
     tasks = {t.id: t for t in map(Task.from_row, inputs["dataset"].task_rows(task_ids))}
     marked = {s["trajectory_id"] for s in chosen}
@@ -72,7 +77,7 @@ def signal_targets(ctx: StageContext, round_: int, inputs: Inputs) -> list[Targe
         outcome = f"reward {traj['reward']:.2f}, {'success' if traj['success'] else 'failure'}" if traj else ""
         targets.append(Target(exploration_id(ctx.run, round_, s["signal_id"]), tasks[s["task_id"]], s["kind"],
                               s["signal_id"], s["trajectory_id"], steps.get(s["trajectory_id"], []), outcome,
-                              s["evidence"]))  # fmt: skip
+                              s["evidence"], named_tool=signal_tool(s["kind"], s["evidence"])))  # fmt: skip
     return targets
 
 
@@ -95,7 +100,8 @@ def explore_targets(ctx: StageContext, round_: int, teacher: TeacherLLM, targets
     with ctx.progress(f"round {round_} {purpose}", len(targets) * cfg.rounds) as advance:
         explorations = explore(teacher, ctx.make_env, targets, rounds=cfg.rounds, steps=cfg.steps,
                                seed=round_seed(ctx.config.run.seed, round_, purpose), follow_ups=cfg.follow_ups,
-                               progress=advance)
+                               progress=advance, named_tool_context=cfg.named_tool_context,
+                               prefill_named_tool=cfg.prefill_named_tool)
     artifacts = exploration_artifacts(explorations, run=ctx.run, round_=round_, teacher=teacher.version)
     statuses = [x.status for x in explorations]
     outputs = {"explorations": len(explorations), "contexts": statuses.count("ok"),

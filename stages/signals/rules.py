@@ -32,6 +32,7 @@ Everything is vectorised Polars; DuckDB computes the sha256 behind `signal_id`.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 
 import duckdb
@@ -201,12 +202,19 @@ def unused_offered(
     return unused, offers.join(unused.select("pattern"), on="pattern")
 
 
+def spread_key(tool_and_task: str) -> str:
+    """sha256 of "<tool>\\0<task_id>": orders the tasks offering a tool differently for each tool."""
+    return hashlib.sha256(tool_and_task.encode()).hexdigest()
+
+
 def unused_signals(
     trajectories: pl.LazyFrame, steps: pl.LazyFrame, *, round_: int, window: int, offered: pl.LazyFrame
 ) -> pl.LazyFrame:
     """One row per tool that a round-r trajectory's task offers and no call of rounds r-W+1..r names
-    (extension, not the paper's), on the first round-r trajectory offered it (by task, sample, trajectory
-    id). `steps` must hold the calls of the window, as for `rare_signals`.
+    (extension, not the paper's), on one round-r trajectory offered it: the first sample of the task whose
+    `spread_key(tool, task)` is least. Exploration takes one signal per task, so pointing every tool at the
+    same first task would leave all but one unexplored; task ids are content hashes, so the choice is the
+    same in every run of the ledger. `steps` must hold the calls of the window, as for `rare_signals`.
 
     Evidence: {tool, offered_trajectories (round-r trajectories offered it), offered_tasks,
     window_calls (0), first_round}.
@@ -216,7 +224,9 @@ def unused_signals(
     called = steps.filter(pl.col("tool").is_not_null()).join(in_window, on="trajectory_id").select("tool").unique()
     current = trajectories.filter(pl.col("round") == round_).select("task_id", "trajectory_id", "sample")
     offers = current.join(offered.select("task_id", "tool").unique(), on="task_id")
-    unused = offers.join(called, on="tool", how="anti").sort("tool", "task_id", "sample", "trajectory_id")
+    spread = pl.concat_str("tool", "task_id", separator="\x00").map_elements(spread_key, return_dtype=pl.String)
+    unused = (offers.join(called, on="tool", how="anti").with_columns(spread=spread)
+              .sort("tool", "spread", "sample", "trajectory_id"))  # fmt: skip
     per_tool = unused.group_by("tool", maintain_order=True).agg(
         task_id=pl.col("task_id").first(), trajectory_id=pl.col("trajectory_id").first(),
         offered_trajectories=pl.len(), offered_tasks=pl.col("task_id").n_unique(),

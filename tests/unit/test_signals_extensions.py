@@ -3,6 +3,7 @@ mean reward, rare counted over tasks (the seed's reading), and the `unused` kind
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import polars as pl
@@ -95,7 +96,8 @@ def test_unused_gives_one_signal_per_tool_on_the_first_trajectory_offered_it():
     out = extract_signals(traj, steps, round=2, window=3, kinds=["unused"], offered=offered)
     rows = {json.loads(r["evidence"])["tool"]: r for r in out.iter_rows(named=True)}
     assert set(rows) == {"gap", "other"}  # 'old' was called at round 0, inside the window; 'common' at round 2
-    assert rows["gap"]["trajectory_id"] == "b-r2-s0" and rows["other"]["trajectory_id"] == "c-r2-s0"
+    first = min(("b", "c"), key=lambda task: hashlib.sha256(f"gap\0{task}".encode()).hexdigest())
+    assert rows["gap"]["trajectory_id"] == f"{first}-r2-s0" and rows["other"]["trajectory_id"] == "c-r2-s0"
     assert json.loads(rows["gap"]["evidence"]) == {"tool": "gap", "offered_trajectories": 4, "offered_tasks": 2,
                                                    "window_calls": 0, "first_round": 0}
     narrow = extract_signals(traj, steps, round=2, window=2, kinds=["unused"], offered=offered)
@@ -103,6 +105,15 @@ def test_unused_gives_one_signal_per_tool_on_the_first_trajectory_offered_it():
     shuffled = extract_signals(traj.reverse(), steps.reverse(), round=2, window=3, kinds=["unused"],
                                offered=offered.reverse())
     assert out.equals(shuffled)
+
+
+def test_unused_tools_spread_over_the_tasks_offering_them():
+    """Exploration takes one signal per task: tools all pointing at one task would leave one explored."""
+    tasks = [f"t{i}" for i in range(6)]
+    traj = ledger(*[(t, 0, [1]) for t in tasks])
+    offered = pl.DataFrame({"task_id": [t for t in tasks for _ in range(8)], "tool": [f"g{j}" for _ in tasks for j in range(8)]})
+    out = extract_signals(traj, NO_STEPS, round=0, kinds=["unused"], offered=offered)
+    assert out.height == 8 and out["task_id"].n_unique() > 2
 
 
 def test_unused_signal_ids_name_the_tool_so_one_trajectory_carries_several():
