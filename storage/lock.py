@@ -38,18 +38,19 @@ class RunLockedError(ArtifactError):
 def run_lock(layout: RunLayout, command: str) -> Iterator[None]:
     """Hold the run's write lock for the block, or raise `RunLockedError` naming the process that holds it."""
     path = layout.run_dir / LOCK_FILE
-    handle = os.fdopen(open_plain_file(path), "r+")
+    fd = open_plain_file(path)
     try:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RunLockedError(_held_by(layout, handle.read())) from None
+            raise RunLockedError(_held_by(layout, os.read(fd, 1 << 16).decode(errors="replace"))) from None
         holder = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": command,
-                             "since": datetime.datetime.now().isoformat(timespec="seconds")})  # fmt: skip
+                             "since": datetime.datetime.now().isoformat(timespec="seconds")}).encode()  # fmt: skip
         try:
-            handle.truncate()
-            handle.write(holder)
-            handle.flush()
+            os.ftruncate(fd, 0)
+            written = 0
+            while written < len(holder):  # a write that reaches the file-size limit stops short, the next fails
+                written += os.pwrite(fd, holder[written:], written)
         except OSError as exc:
             full = disk_full(exc, path, len(holder))
             if full is None:
@@ -57,7 +58,7 @@ def run_lock(layout: RunLayout, command: str) -> Iterator[None]:
             raise full from exc
         yield
     finally:
-        handle.close()  # closing the file releases the lock
+        os.close(fd)  # closing the file releases the lock
 
 
 def _held_by(layout: RunLayout, text: str) -> str:
