@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from coevolve.benchmarks.learning.paper_arms import PAPER_ARM_OVERRIDES, at_paper_setting
 from coevolve.rl.warm_start import WarmStart
 
 ARMS: dict[str, tuple[str, ...]] = {
@@ -41,10 +42,10 @@ ARM_MEANINGS: dict[str, str] = {
     "oracle-gap": "ceiling: fresh tasks of the coverage gap's families",
     "coevolve-unused-rare": "CoEvolve whose rare signal also counts tools offered and never called (extension)",
     "policy-veto": "CoEvolve whose verification discards what the policy cannot yet solve (earlier reading)",
-    "synthetic-data": "16 tasks synthesized once by unguided exploration into D_0, then GRPO without evolution "
-                      "(the paper's '+ synthetic data' row)",
-    "weak-explorer": "CoEvolve whose teacher is the policy itself, not the teacher built for the evolving arms "
-                     "(the paper's weaker explorer LLM)",
+    "synthetic-data": "N tasks synthesized once by unguided exploration into D_0 (16; the paper's 100 on a paper "
+                      "config), then GRPO without evolution (the paper's '+ synthetic data' row)",
+    "weak-explorer": "CoEvolve whose teacher is the policy itself, not the evolving arms' teacher (the paper's "
+                     "weaker explorer LLM)",
     "evolve-often": "CoEvolve evolving every round (the paper's F = 2: more often than its default)",
     "evolve-rarely": "CoEvolve evolving every 4 rounds (the paper's F = 40: rarer than its default)",
 }  # fmt: skip
@@ -163,6 +164,8 @@ class Plan:
             raise ValueError(f"regime must be one of {', '.join(REGIMES)}, got {regime!r}")
         experiment = REGIMES[regime]
         config = config if config is not None else experiment.config
+        if at_paper_setting(config):  # the paper's arms start from the base model, with the config's teacher
+            warm_start_tasks = teacher_tasks = 0
         unknown = sorted(set(arms or ()) - set(experiment.arms))
         if unknown:
             raise ValueError(f"unknown arms {unknown} in the {regime} regime; its arms: {', '.join(experiment.arms)}")
@@ -232,5 +235,7 @@ def run_overrides(plan: Plan, arm: str, seed: int) -> list[str]:
     evolving arms' teacher (arms that evolve with a teacher only)."""
     teacher = [] if arm in (*TEACHERLESS_ARMS, *OWN_TEACHER_ARMS) or plan.teacher_model is None else [
         "teacher.type=local", f"teacher.model={plan.teacher_model}"]  # fmt: skip
+    if at_paper_setting(plan.config):  # the paper's N and F, on the config's own splits (paper_arms)
+        return [f"run.seed={seed}", *plan.overrides, *PAPER_ARM_OVERRIDES.get(arm, ARMS[arm])]
     splits = f"eval.splits=[{', '.join(plan.experiment.phases[plan.phase])}]"
     return [f"run.seed={seed}", splits, *plan.overrides, *ARMS[arm], *teacher]

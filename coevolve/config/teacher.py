@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import Discriminator, Field, Tag, field_validator
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from coevolve.config.section import Section
 
@@ -34,11 +34,29 @@ class InProcessTeacherSampling(Section):
     """An exploration episode whose context would exceed this ends."""
 
 
+SERVER_FIELDS = ("base_url", "api_key_env", "tokenizer", "token_ids", "timeout_s", "max_retries")
+"""The fields of an `openai` teacher that say how its server is reached: a section switched to a teacher
+that generates in this process (`--set teacher.type=policy` on a paper config) has no server of its own."""
+
+
+def _without_server(data: Any, fields: tuple[str, ...]) -> Any:
+    """`data` without an `openai` section's server fields (`fields`), its sampling settings kept."""
+    return {k: v for k, v in data.items() if k not in fields} if isinstance(data, dict) else data
+
+
 class PolicyTeacherConfig(InProcessTeacherSampling):
-    """The policy's own in-process engine and chat template acts as the teacher (CPU default)."""
+    """The policy itself is the teacher: it generates with the policy's engine and chat template, on the
+    policy's servers (`model.servers`) when the policy is served, else in this process (the CPU default).
+    The paper's weaker-explorer ablation on a paper config: `--set teacher.type=policy` keeps the section's
+    sampling settings and sets its server (`base_url`, `model`, ...) aside, since the policy's own serves."""
 
     type: Literal["policy"] = "policy"
     """Backend selector."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _policy_serves(cls, data: Any) -> Any:
+        return _without_server(data, (*SERVER_FIELDS, "model"))
 
 
 class LocalTeacherConfig(InProcessTeacherSampling):
@@ -54,6 +72,11 @@ class LocalTeacherConfig(InProcessTeacherSampling):
     """Weights dtype."""
     device: str = "cpu"
     """Torch device."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _loaded_here(cls, data: Any) -> Any:
+        return _without_server(data, SERVER_FIELDS)
 
 
 class OpenAITeacherConfig(Section):
