@@ -155,7 +155,7 @@ def time_pages(root: Path, rounds: int) -> dict[str, list[float]]:
 
     from coevolve.ui.app import create_app
 
-    client, times = TestClient(create_app(root)), {}
+    client, times = TestClient(create_app(root), base_url="http://127.0.0.1"), {}
     t0 = time.perf_counter()
     client.get("/")  # also builds the connection: every Parquet footer read once
     times["first request (catalog scan)"] = [time.perf_counter() - t0]

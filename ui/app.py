@@ -2,7 +2,8 @@
 
 Templates autoescape everything they print, so stored text (a model reply `<script>...`, a tool result
 `</td>`) shows as the text it is. Only GET routes exist; the data comes from `RunsReader`, which never
-writes. `serve` runs it under uvicorn, on 127.0.0.1 unless told otherwise.
+writes. `serve` runs it under uvicorn, on 127.0.0.1 unless told otherwise; it answers only requests whose
+Host header names it (loopback, or the address it was told) and is never framed (`host_guard`).
 
     coevolve ui --root runs --port 8420          # then open http://127.0.0.1:8420/
 """
@@ -27,6 +28,7 @@ from coevolve.storage.parquet import ArtifactError
 from coevolve.ui import queries
 from coevolve.ui.charts import count_bars, curves
 from coevolve.ui.evidence import evidence_rows
+from coevolve.ui.host_guard import HostGuard
 from coevolve.ui.lineage import task_page
 from coevolve.ui.reader import RunsReader
 from coevolve.ui.trajectory import trajectory_page
@@ -170,8 +172,9 @@ def _page(request: Request) -> int:
     return int(value) if value.isascii() and value.isdigit() and len(value) <= 9 else 0
 
 
-def create_app(root: Path, refresh_s: float = 30.0) -> Starlette:
-    """The web view over the runs under `root`."""
+def create_app(root: Path, refresh_s: float = 30.0, *, served_on: str = "127.0.0.1") -> HostGuard:
+    """The web view over the runs under `root`, answering only to loopback names and `served_on` (the
+    address it listens on; `host_guard`)."""
     pages = Pages(RunsReader(root, refresh_s))
     routes = [
         Route("/", pages.runs),
@@ -186,7 +189,7 @@ def create_app(root: Path, refresh_s: float = 30.0) -> Starlette:
     ]
     handlers = {LookupError: pages.not_found, duckdb.Error: pages.query_failed,
                 ArtifactError: pages.unreadable}  # fmt: skip
-    return Starlette(routes=routes, exception_handlers=handlers)
+    return HostGuard(Starlette(routes=routes, exception_handlers=handlers), served_on=served_on)
 
 
 def serve(root: Path, host: str = "127.0.0.1", port: int = 8420) -> None:
@@ -194,4 +197,5 @@ def serve(root: Path, host: str = "127.0.0.1", port: int = 8420) -> None:
     import uvicorn
 
     print(f"CoEvolve runs under {root.resolve()}: http://{host}:{port}/  (read-only; Ctrl-C stops)", flush=True)
-    uvicorn.run(create_app(root), host=host, port=port, log_level="warning", access_log=False)
+    app = create_app(root, served_on=host)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

@@ -234,7 +234,8 @@ def test_runs_and_the_web_view_name_a_manifest_of_the_wrong_shape(tmp_path):
     broken = _broken_run(tmp_path)
     result = CliRunner().invoke(app, ["runs", "--root", str(tmp_path)], terminal_width=5000)
     assert result.exit_code == 2 and str(broken) in result.output and "Traceback" not in result.output
-    response = TestClient(create_app(tmp_path), raise_server_exceptions=False).get(f"/runs/{RUN}/rounds/0")
+    client = TestClient(create_app(tmp_path), base_url="http://127.0.0.1", raise_server_exceptions=False)
+    response = client.get(f"/runs/{RUN}/rounds/0")
     assert response.status_code == 500 and "is not a stage manifest" in response.text
 
 
@@ -243,7 +244,7 @@ def test_a_page_number_of_non_ascii_digits_is_the_first_page(tmp_path):
     from coevolve.ui.app import create_app
 
     write_run(tmp_path, steps=8, rounds=1)
-    client = TestClient(create_app(tmp_path), raise_server_exceptions=False)
+    client = TestClient(create_app(tmp_path), base_url="http://127.0.0.1", raise_server_exceptions=False)
     for page in ("²", "٣", "9" * 30):
         for url in (f"/runs/{RUN}/rounds/0", f"/runs/{RUN}/tasks", f"/runs/{RUN}/signals"):
             response = client.get(url, params={"page": page})

@@ -73,7 +73,8 @@ def test_a_task_from_a_single_call_group_walks_back_to_its_signal(evolved):
 
 def test_the_task_page_shows_the_parent_groups_triples(evolved):
     task = evolved.single[0]
-    page = TestClient(create_app(evolved.root)).get(f"/runs/{evolved.run}/tasks/{task.id}").text
+    client = TestClient(create_app(evolved.root), base_url="http://127.0.0.1")
+    page = client.get(f"/runs/{evolved.run}/tasks/{task.id}").text
     triples = page.split('id="link-triples"')[1].split('id="link-candidate"')[0]
     assert task.lineage["parent_group_id"] in triples and '<tr class="abstracted">' in triples
     assert ">none<" not in triples

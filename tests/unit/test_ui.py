@@ -95,7 +95,7 @@ def root(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def client(root) -> TestClient:
-    return TestClient(create_app(root))
+    return TestClient(create_app(root), base_url="http://127.0.0.1")
 
 
 def tree(root: Path) -> dict[str, tuple[int, int]]:
@@ -142,7 +142,7 @@ def test_tokens_are_split_by_loss_mask(client):
 
 def test_the_view_never_writes_under_the_root(root):
     before = tree(root)
-    client = TestClient(create_app(root))
+    client = TestClient(create_app(root), base_url="http://127.0.0.1")
     for url in pages(2).values():
         client.get(url)
     assert tree(root) == before and not (root / "catalog.duckdb").exists()
@@ -153,7 +153,7 @@ def test_unknown_runs_and_ids_are_404_and_an_empty_root_says_how_to_start(client
     assert client.get(f"/runs/{RUN}/trajectories/nope").status_code == 404
     assert client.get(f"/runs/{RUN}/rounds/99").status_code == 404
     assert client.get("/runs/..%2F..%2Fetc").status_code == 404
-    empty = TestClient(create_app(tmp_path)).get("/")
+    empty = TestClient(create_app(tmp_path), base_url="http://127.0.0.1").get("/")
     assert empty.status_code == 200 and "coevolve run configs/test-tiny.yaml" in empty.text
 
 
