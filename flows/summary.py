@@ -16,6 +16,7 @@ from typing import Any
 
 from coevolve.config import SIGNAL_KINDS
 from coevolve.storage.layout import RunLayout
+from coevolve.storage.parquet import ArtifactError
 from coevolve.storage.store import RunStore
 
 CANDIDATE_STATUSES = ("ok", "unparsable", "invalid", "duplicate")
@@ -59,8 +60,10 @@ def run_metrics(store: RunStore, rounds: int) -> list[dict[str, Any]]:
     return rows
 
 
-def round_line(row: dict[str, Any], cached: list[str] | None = None) -> str:
-    """The line printed for a round: what it trained on, what the evolution did, how the policy scores."""
+def round_line(row: dict[str, Any], cached: list[str] | None = None, computed: list[str] | None = None) -> str:
+    """The line printed for a round: what it trained on, what the evolution did, how the policy scores,
+    and which of its stages were `cached`. It says plain "cached" only when told that none was `computed`;
+    with some computed it names those, and when that is not known it names the cached ones."""
     parts = [f"round {row['round']}"]
     if row["train_success"] is not None:
         parts.append(f"train {row['train_success']:.0%} reward {row['train_reward']:.2f}")
@@ -78,28 +81,54 @@ def round_line(row: dict[str, Any], cached: list[str] | None = None) -> str:
         parts.append("warning: no group with signal (every group's rewards equal), nothing to learn")
     parts += [f"{k.removeprefix('eval_').removesuffix('_success')} {v:.0%}" for k, v in row.items()
               if k.startswith("eval_") and v is not None]  # fmt: skip
-    if cached:
-        parts.append("cached" if len(cached) > 3 else f"cached: {', '.join(cached)}")
+    if cached and computed == []:
+        parts.append("cached")
+    elif cached and computed and len(cached) > len(computed):
+        parts.append(f"computed: {', '.join(computed)}; the rest cached")
+    elif cached:
+        parts.append(f"cached: {', '.join(cached)}")
     return " | ".join(parts)
 
 
-def runs_overview(root: Path) -> list[dict[str, Any]]:
+def runs_overview(root: Path, *, unreadable: list[str] | None = None) -> list[dict[str, Any]]:
     """One row per run under `root`: rounds with a rollout, the last one's dataset size, train success and
-    the last held-out success."""
+    the last held-out success. A run whose manifests cannot be read (a manifest of the wrong shape, values
+    of the wrong type, a folder that is not a run's) is one line appended to `unreadable` naming it and why,
+    and the other runs are listed; without `unreadable`, it raises."""
     rows = []
     for run_dir in sorted(p for p in root.glob("run=*") if p.is_dir()):
-        store = RunStore(RunLayout(root, run_dir.name.removeprefix("run=")))
-        rounds = [r for r in store.layout.rounds() if store.manifest(r, "rollout") is not None]
-        if not rounds:
+        run = run_dir.name.removeprefix("run=")
+        try:
+            row = _run_row(RunStore(RunLayout(root, run)))
+        except (ArtifactError, ValueError, TypeError, KeyError, OSError) as exc:
+            if unreadable is None:
+                raise
+            unreadable.append(f"run {run!r} in {run_dir} is not listed: {_why_unreadable(exc)}")
             continue
-        metrics = run_metrics(store, rounds[-1] + 1)
-        evals = [m for m in metrics if any(k.startswith("eval_") for k in m)]
-        last_eval = {k.removeprefix("eval_"): v for k, v in evals[-1].items() if k.startswith("eval_")} if evals else {}
-        rows.append({"run": store.run, "rounds": len(rounds), "dataset": metrics[-1]["dataset_size"],
-                     "train": None if metrics[-1]["train_success"] is None else f"{metrics[-1]['train_success']:.0%}",
-                     "held-out": ", ".join(f"{k.removesuffix('_success')} {v:.0%}" for k, v in last_eval.items()),
-                     "eval round": evals[-1]["round"] if evals else None})  # fmt: skip
+        if row is not None:
+            rows.append(row)
     return rows
+
+
+def _why_unreadable(exc: Exception) -> str:
+    reason = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, ArtifactError | OSError) or reason.startswith("invalid run name"):
+        return reason
+    return f"a stage manifest under it holds a value of the wrong type ({reason})"  # JSON of the right shape
+
+
+def _run_row(store: RunStore) -> dict[str, Any] | None:
+    """`runs_overview`'s row of one run, or None before its first rollout."""
+    rounds = [r for r in store.layout.rounds() if store.manifest(r, "rollout") is not None]
+    if not rounds:
+        return None
+    metrics = run_metrics(store, rounds[-1] + 1)
+    evals = [m for m in metrics if any(k.startswith("eval_") for k in m)]
+    last_eval = {k.removeprefix("eval_"): v for k, v in evals[-1].items() if k.startswith("eval_")} if evals else {}
+    return {"run": store.run, "rounds": len(rounds), "dataset": metrics[-1]["dataset_size"],
+            "train": None if metrics[-1]["train_success"] is None else f"{metrics[-1]['train_success']:.0%}",
+            "held-out": ", ".join(f"{k.removesuffix('_success')} {v:.0%}" for k, v in last_eval.items()),
+            "eval round": evals[-1]["round"] if evals else None}  # fmt: skip
 
 
 def _fmt(value: Any) -> str:
