@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from coevolve.flows.prefect_api import SERVER_COMMAND, configured_api_url, healthy
+from coevolve.loopback import direct_loopback
 
 API_URL_EXAMPLE = "http://127.0.0.1:4200/api"
 
@@ -43,11 +44,12 @@ def serve_deployment(name: str = "round", *, limit: int | None = 1, root: Path |
 
     from coevolve.flows.coevolve import coevolve
 
-    coevolve.serve(
-        name=name,
-        description="Run the next round(s) of a CoEvolve run: -p config=CONFIG -p run=NAME -p more=1",
-        tags=["coevolve"],
-        limit=limit,
-        parameters={"root": str(root)} if root is not None else None,
-        entrypoint_type=EntrypointType.MODULE_PATH,
-    )
+    with direct_loopback():  # a server on loopback is polled directly, whatever proxy the environment names
+        coevolve.serve(
+            name=name,
+            description="Run the next round(s) of a CoEvolve run: -p config=CONFIG -p run=NAME -p more=1",
+            tags=["coevolve"],
+            limit=limit,
+            parameters={"root": str(root)} if root is not None else None,
+            entrypoint_type=EntrypointType.MODULE_PATH,
+        )

@@ -160,3 +160,14 @@ def test_is_loopback_host_takes_bare_and_bracketed_names():
 def test_with_loopback_keeps_what_no_proxy_named_once():
     assert with_loopback("") == "localhost,127.0.0.1,::1"
     assert with_loopback("a.example, localhost,a.example") == "a.example,localhost,127.0.0.1,::1"
+
+
+def test_coevolve_serve_polls_a_loopback_prefect_server_directly(proxy, monkeypatch):
+    from coevolve.flows.coevolve import coevolve
+    from coevolve.flows.serve import serve_deployment
+
+    seen = {}
+    monkeypatch.setattr(coevolve, "serve", lambda **_: seen.update(no_proxy=os.environ.get("no_proxy")))
+    serve_deployment()
+    assert seen["no_proxy"] == "localhost,127.0.0.1,::1"  # Prefect's runner client reads it
+    assert "no_proxy" not in os.environ
