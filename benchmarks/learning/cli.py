@@ -19,8 +19,8 @@ import polars as pl
 
 from coevolve.benchmarks.learning.outcomes import reported_outcomes
 from coevolve.benchmarks.learning.plan import ARMS, REGIMES, Plan
-from coevolve.benchmarks.learning.report import report
-from coevolve.benchmarks.learning.runs import prepare, run_arms
+from coevolve.benchmarks.learning.report import record_runs, report
+from coevolve.benchmarks.learning.runs import ensure_shared_baseline, prepare, run_arms
 from coevolve.benchmarks.learning.statistics import differences, paired_test
 from coevolve.benchmarks.record import REPO, RESULTS, command_line, current_commit, figure, record_result
 from coevolve.benchmarks.suite import argument_parser
@@ -72,6 +72,9 @@ def parser() -> argparse.ArgumentParser:
                              "over several sittings, once its record holds every run)")
     parser.add_argument("--note", default="", help="the result row's note (what the figures are, where they are told)")
     parser.add_argument("--root", type=Path, help="storage root (default: COEVOLVE_HOME or runs/)")
+    parser.add_argument("--baseline-from", type=Path,
+                        help="a regime with one shared baseline: the storage root of an earlier sitting holding "
+                             "it, copied into --root instead of computed again")
     parser.add_argument("--out", type=Path,
                         help=f"where report.md, curves and outcomes.parquet go (default: <root>/{REPORT_FOLDER}; "
                              "a committed record: benchmarks/results/learning/<record>)")
@@ -127,8 +130,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         _quiet_transformers()
         plan, root = prepare(plan_of(args))
     out = output_folder(args, root)
-    wall = run_arms(plan, root) if not args.report_only else {}
+    sealed = plan.phase == "final" and plan.experiment.sealed_test and not args.report_only
     try:
+        if plan.experiment.shared_baseline and not args.report_only:
+            print(f"--- the plan's baseline: {ensure_shared_baseline(plan, root, args.baseline_from)}", flush=True)
+        wall = run_arms(plan, root) if not args.report_only else {}
+        if sealed:  # a final run records its rows; its figures wait for the final report
+            print(record_runs(root, plan, out, wall))
+            return
         text = report(root, plan, out, wall)
     except ValueError as exc:  # a record in --out that is unreadable, or of other stage code (MixedCodeError)
         cli.error(str(exc))

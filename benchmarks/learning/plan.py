@@ -24,6 +24,9 @@ ARMS: dict[str, tuple[str, ...]] = {
     "unguided": ("explore.guided=false",),
     "oracle-gap": ("evolve.curriculum=oracle-gap",),
     "coevolve-unused-rare": ("signals.rare_unused=true",),
+    "coevolve-unused": ("signals.kinds=[forgetting, boundary, rare, unused]", "explore.allotment=round_robin",
+                        "explore.named_tool_context=true", "explore.prefill_named_tool=true",
+                        "warm_start.teacher_tasks=48", "warm_start.teacher_named_tool_examples=true"),
     "policy-veto": ("verify.judge=policy",),
     "synthetic-data": ("evolve.every=0", "dataset.bootstrap_tasks=16"),
     "weak-explorer": (),
@@ -41,6 +44,9 @@ ARM_MEANINGS: dict[str, str] = {
     "unguided": "exploration from random worlds, not signals (the paper's '+ random exploration' row)",
     "oracle-gap": "ceiling: fresh tasks of the coverage gap's families",
     "coevolve-unused-rare": "CoEvolve whose rare signal also counts tools offered and never called (extension)",
+    "coevolve-unused": "CoEvolve with signals that name a tool no trajectory called, allotted round robin across "
+                       "kinds, an exploration context holding that tool, its first call prefilled, and a teacher "
+                       "taught to call a named unused training tool (extensions, issue 59 items 2-3)",
     "policy-veto": "CoEvolve whose verification discards what the policy cannot yet solve (earlier reading)",
     "synthetic-data": "N tasks synthesized once by unguided exploration into D_0 (16; the paper's 100 on a paper "
                       "config), then GRPO without evolution (the paper's '+ synthetic data' row)",
@@ -52,8 +58,9 @@ ARM_MEANINGS: dict[str, str] = {
 """What each arm stands for, printed with its overrides when it runs (the paper's rows where it has one)."""
 TEACHERLESS_ARMS = ("grpo", "oracle-curriculum", "oracle-gap")
 """Arms that never ask a teacher (the evolving arms' teacher is not built for them)."""
-OWN_TEACHER_ARMS = ("weak-explorer",)
-"""Arms that evolve with the config's own teacher, not the one built for the evolving arms."""
+OWN_TEACHER_ARMS = ("weak-explorer", "coevolve-unused")
+"""Arms that evolve with the config's own teacher, not the one built for the evolving arms (`coevolve-unused`:
+the run's `warm_start` section builds it, with the named-tool examples, from the plan's warm-started policy)."""
 QUICK_ARMS = ("grpo", "coevolve")
 
 
@@ -74,6 +81,14 @@ class Regime:
     the phase's splits together."""
     effect: float = 0.05
     """The difference to grpo the seeds must detect at power 0.8 (success-rate units), on the endpoint."""
+    final_first_seed: int = 0
+    """The `final` phase's seeds start here, so that no final run re-uses a pilot's seed (pilots: 0..)."""
+    sealed_test: bool = False
+    """A `final` run's invocation records the run (outcomes, per-run tables, audit rows) and writes no
+    report, curve or result row: the final splits' figures are read once, by `--final --report-only`."""
+    shared_baseline: bool = False
+    """The warm start's baseline evaluation is computed once per plan and phase (in the grpo run of the
+    phase's first seed) and every run forks it, carried between storage roots with `--baseline-from`."""
 
 
 REGIMES = {
@@ -101,10 +116,24 @@ REGIMES = {
         endpoint={"validation": "gap-validation", "final": "gap-test"},
         effect=0.15,
     ),
+    "coverage-v2": Regime(
+        Path("configs/coverage-v2-smollm2.yaml"),
+        ("grpo", "oracle-gap", "coevolve", "coevolve-unused", "unguided"),
+        ("grpo", "coevolve-unused"),
+        {"validation": ("gap-validation", "validation"), "final": ("gap-test", "test", "heldout-templates")},
+        "coverage2",
+        endpoint={"validation": "gap-validation", "final": "gap-test"},
+        effect=0.10,
+        final_first_seed=100,
+        sealed_test=True,
+        shared_baseline=True,
+    ),
 }
 """`in-distribution`: does evolving the data beat GRPO on the training families (oracle-curriculum, not
 CoEvolve, the ceiling: fresh tasks of the families the signals point at). `coverage`: does it teach the
-families the training data never shows (oracle-gap, not CoEvolve, the ceiling: fresh tasks of the gap).
+families the training data never shows (oracle-gap, not CoEvolve, the ceiling: fresh tasks of the gap);
+`coverage-v2` asks it again on gap families that need their tool, with the arm whose signals name the gap
+(`coevolve-unused`), final seeds no pilot used, test sealed until the final report and one shared baseline.
 `ablation`: the paper's ablation table on the in-distribution config (`ARM_MEANINGS` says which row each
 arm stands for; its F sweep scaled to this config's default of evolving every 2 rounds)."""
 PHASES = REGIMES["in-distribution"].phases
@@ -147,6 +176,11 @@ class Plan:
     @property
     def experiment(self) -> Regime:
         return REGIMES[self.regime]
+
+    @property
+    def seed_base(self) -> int:
+        """The first seed of this phase's runs (`Regime.final_first_seed` in the final phase, else 0)."""
+        return self.experiment.final_first_seed if self.phase == "final" else 0
 
     @property
     def endpoint(self) -> str | None:
@@ -196,19 +230,20 @@ class Plan:
     def reported_runs(self) -> list[tuple[str, int]]:
         """(arm, seed) pairs, seed by seed so that an early stop still has every arm of seed 0, grpo first
         so that the other arms of the seed can fork it."""
+        base = self.seed_base
         return [
             (arm, seed)
-            for seed in range(self.seeds)
+            for seed in range(base, base + self.seeds)
             for arm in sorted(self.arms, key=list(ARMS).index)
-            if seed == 0 or arm in self.experiment.seeded
+            if seed == base or arm in self.experiment.seeded
         ]
 
     def run_name(self, arm: str, seed: int) -> str:
         return run_name(arm, seed, self.experiment.prefix)
 
     def runs(self) -> list[tuple[str, int]]:
-        """The (arm, seed) pairs this invocation runs: those of seeds >= `first_seed`."""
-        return [(arm, seed) for arm, seed in self.reported_runs() if seed >= self.first_seed]
+        """The (arm, seed) pairs this invocation runs: those of seeds >= `first_seed` (counted from `seed_base`)."""
+        return [(arm, seed) for arm, seed in self.reported_runs() if seed >= self.seed_base + self.first_seed]
 
 
 def _config_rounds(config: Path) -> int:

@@ -236,6 +236,25 @@ def audit_links_section(tables: dict[str, pl.DataFrame], plan: Plan) -> list[str
             markdown_table(links, percent=("yield",)), ""]  # fmt: skip
 
 
+def record_runs(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
+    """A sealed final run's record (`Regime.sealed_test`): the outcomes and the per-run tables of this plan's
+    runs in `out`, no report, curve or figure; returns one line naming what was recorded, without a figure."""
+    from coevolve.storage.parquet import write_table
+
+    planned = [plan.run_name(arm, seed) for arm, seed in plan.reported_runs()]
+    evals, record = reported_outcomes(root, plan, out)
+    if not evals.height:
+        raise ValueError(_nothing_to_report(root, plan, out, planned, record))
+    names = [n for n in planned if (root / f"run={n}").exists()]
+    out.mkdir(parents=True, exist_ok=True)
+    write_table(record.to_arrow(), out / OUTCOMES)
+    recorded_tables(root, names, out, plan_fingerprint(plan, root), planned, wall,
+                    plan_fingerprint(plan, root, teacher=False))
+    done = [n for n in planned if n in set(evals["run"])]
+    return (f"recorded {describe_runs(done)} in {out} ({len(done)} of {len(planned)} planned runs); the final "
+            "splits are read once, by --final --report-only")
+
+
 def report(root: Path, plan: Plan, out: Path, wall: dict[str, float]) -> str:
     planned = [plan.run_name(arm, seed) for arm, seed in plan.reported_runs()]
     evals, record = reported_outcomes(root, plan, out)

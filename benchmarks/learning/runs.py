@@ -30,12 +30,16 @@ def share_with_grpo(plan: Plan, root: Path, arm: str, seed: int) -> list[tuple[i
     """Start a new run of `arm` as a fork of the grpo run of its seed (`flows.fork`): the stages its
     config computes identically (round 0's baseline, rollout, update and evaluation, as the data evolves
     from round 0 on) are copied, not computed again. The grpo run of a later seed forks seed 0's: the
-    initial policy's baseline evaluation does not depend on the seed and is computed once. Returns the
-    copied (round, stage) pairs; nothing when sharing is off, the run exists already or its source has not
-    run yet."""
+    initial policy's baseline evaluation does not depend on the seed and is computed once. With a shared
+    baseline (`Regime.shared_baseline`) an arm whose seed has no grpo run in this root forks the first seed's
+    grpo run instead (its baseline). Returns the copied (round, stage) pairs; nothing when sharing is off,
+    the run exists already or its source has not run yet."""
     from coevolve.storage.layout import RunLayout
 
-    source, target = plan.run_name("grpo", 0 if arm == "grpo" else seed), plan.run_name(arm, seed)
+    first = plan.run_name("grpo", plan.seed_base)
+    source, target = plan.run_name("grpo", plan.seed_base if arm == "grpo" else seed), plan.run_name(arm, seed)
+    if plan.experiment.shared_baseline and not RunLayout(root, source).config_path.exists():
+        source = first
     if (source == target or not plan.share or RunLayout(root, target).rounds()
             or not RunLayout(root, source).config_path.exists()):  # fmt: skip
         return []
@@ -46,6 +50,53 @@ def share_with_grpo(plan: Plan, root: Path, arm: str, seed: int) -> list[tuple[i
     print(f"--- {target}: forked from {source}, {len(copied)} stages copied "
           f"({', '.join(f'{s}[{r}]' for r, s in copied) or 'none'})", flush=True)  # fmt: skip
     return copied
+
+
+BASELINE_STAGES = ("bootstrap", "baseline")
+"""Round 0's stages that the shared baseline run holds before any arm runs (the seed dataset, the evaluation)."""
+
+
+def ensure_shared_baseline(plan: Plan, root: Path, carried: Path | None = None) -> str:
+    """The plan's one baseline (`Regime.shared_baseline`): round 0's `bootstrap` and `baseline` of the grpo run
+    of the phase's first seed, which every run forks. Copied from the storage root `carried` when this root
+    lacks it (a later sitting, another machine), else computed here. Returns where it came from."""
+    import shutil
+
+    from coevolve.storage.layout import RunLayout
+
+    name = plan.run_name("grpo", plan.seed_base)
+    here = RunLayout(root, name)
+    if (here.run_dir / "round=0" / "stage=baseline" / "_manifest.json").exists():
+        return f"{name} in {root}"
+    if carried is not None:
+        there = RunLayout(carried, name)
+        if not (there.run_dir / "round=0" / "stage=baseline" / "_manifest.json").exists():
+            raise ValueError(f"--baseline-from {carried}: no baseline of run {name} there")
+        if here.run_dir.exists():
+            raise ValueError(f"{here.run_dir} exists without its baseline: carry the baseline into another root")
+        here.run_dir.mkdir(parents=True)
+        shutil.copy2(there.config_path, here.config_path)
+        for stage in BASELINE_STAGES:
+            if (there.run_dir / "round=0" / f"stage={stage}").exists():
+                shutil.copytree(there.run_dir / "round=0" / f"stage={stage}", here.run_dir / "round=0" / f"stage={stage}")
+        return f"{name} carried from {carried}"
+    _compute_baseline(plan, root, name)
+    return f"{name} computed in {root}"
+
+
+def _compute_baseline(plan: Plan, root: Path, name: str) -> None:
+    from coevolve.config import load_config
+    from coevolve.pipeline.runner import run_stage
+    from coevolve.stages.plan import round_plan
+    from coevolve.stages.run_context import open_run
+    from coevolve.storage.parquet import write_text_atomic
+
+    config = load_config(plan.config, run_overrides(plan, "grpo", plan.seed_base))
+    ctx = open_run(config, name, root)
+    write_text_atomic(config.to_yaml(), ctx.store.layout.config_path)
+    for stage in round_plan(config, 0):
+        if stage.name in (*BASELINE_STAGES, "warm-start"):
+            run_stage(stage, ctx, 0)
 
 
 def run_arms(plan: Plan, root: Path) -> dict[str, float]:
@@ -160,5 +211,7 @@ def run_benchmark(plan: Plan, out: Path, *, run: bool = True) -> str:
     """Run every arm of `plan` (`run=False`: only read the stored runs), write the outputs into `out`,
     return the report (markdown)."""
     plan, root = prepare(plan, build=run)
+    if run and plan.experiment.shared_baseline:
+        ensure_shared_baseline(plan, root)
     wall = run_arms(plan, root) if run else {}
     return report(root, plan, out, wall)
