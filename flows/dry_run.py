@@ -10,6 +10,7 @@ paper's numbers would mean.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from coevolve.config import CoevolveConfig
@@ -34,16 +35,20 @@ EXTENSIONS: dict[str, tuple[Any, str]] = {
 """The extensions with a plain value that turns each off (`coevolve.config.paper`, the one table)."""
 
 
-def dry_run(config: CoevolveConfig) -> str:
-    """The plan of a run of `config`, validated (`ConfigError` naming the field otherwise)."""
+def dry_run(config: CoevolveConfig, root: Path | None = None) -> str:
+    """The plan of a run of `config` under storage root `root`, validated (`ConfigError` naming the field
+    otherwise), with what this machine lacks that the run would need (`flows.preflight`)."""
+    from coevolve.flows.preflight import preflight
     from coevolve.flows.validate import check_run_config
 
     check_run_config(config)
+    warnings = preflight(config, root)
     lines = [f"run {config.run.name}: {config.run.rounds} rounds, policy {config.model.name} on {config.env.name}"]
     evolving = [r for r in range(config.run.rounds) if evolves(config, r)]
     lines.append(f"  data evolution after rounds: {', '.join(map(str, evolving)) or 'none (plain GRPO)'}")
     lines.append(f"  D_0: {_d0(config)}")
-    sizes = _split_sizes(config)
+    sizes, unlisted = _split_sizes(config)
+    warnings += [unlisted] if unlisted else []
     shown = ", ".join(f"{s} ({sizes.get(s, '?')} tasks)" for s in config.eval.splits) or "none"
     lines.append(f"  held out: {shown}; every {config.eval.every} rounds{', baseline first' if config.eval.baseline else ''}")
     lines += [f"  budget: {line}" for line in _budget(config, sizes)]
@@ -52,6 +57,7 @@ def dry_run(config: CoevolveConfig) -> str:
     extensions = [d.line() for d in found if d.setting.label == "extension"]
     lines += ["  differs from the paper:", *(f"    {d}" for d in deviations or ["nothing"])]
     lines += ["  extensions (not in the paper):", *(f"    {e}" for e in extensions or ["none"])]
+    lines += ["  warnings (not here, needed where the run runs):", *(f"    {w}" for w in warnings)] if warnings else []
     return "\n".join(lines)
 
 
@@ -68,17 +74,19 @@ def _d0(config: CoevolveConfig) -> str:
     return " + ".join(parts)
 
 
-def _split_sizes(config: CoevolveConfig) -> dict[str, int]:
-    """Tasks per held-out split (capped by `eval.max_tasks`), where the environment can list them here."""
+def _split_sizes(config: CoevolveConfig) -> tuple[dict[str, int], str | None]:
+    """Tasks per held-out split (capped by `eval.max_tasks`), where the environment can list them here; else
+    no sizes and a warning saying why."""
     from coevolve import envs
 
     try:
         env = envs.make(config.env.name, **config.env.options)
         sizes = {split: len(env.tasks(split)) for split in config.eval.splits}
-    except Exception:  # an environment behind a server that is not up: sizes unknown, the plan still shown
-        return {}
+    except Exception as exc:  # an environment behind a server that is not up: sizes unknown, the plan still shown
+        return {}, (f"env: {config.env.name} cannot list its tasks here ({type(exc).__name__}: {exc}); the run "
+                    f"lists them first and stops if it cannot")  # fmt: skip
     cap = config.eval.max_tasks
-    return {split: min(n, cap) if cap else n for split, n in sizes.items()}
+    return {split: min(n, cap) if cap else n for split, n in sizes.items()}, None
 
 
 def _budget(config: CoevolveConfig, sizes: dict[str, int]) -> list[str]:

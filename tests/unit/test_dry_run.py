@@ -48,3 +48,64 @@ def test_training_that_would_see_a_held_out_task_or_world_is_refused_naming_both
     assert refused.exit_code != 0
     assert ("dataset.bootstrap_split: train shares 50 tasks or worlds with the held-out split ae-test"
             in " ".join(refused.output.split()))  # fmt: skip
+
+
+def _dry_run(tmp_path, *overrides: str, config: str = "test-tiny.yaml", root=None):
+    args = ["run", str(CONFIGS / config), "--dry-run", "--root", str(root or tmp_path / "runs")]
+    for override in overrides:
+        args += ["--set", override]
+    return CliRunner().invoke(app, args)
+
+
+def _refused(result, field: str) -> str:
+    assert result.exit_code != 0
+    line = result.output.strip()
+    assert "\n" not in line and field in line and "Traceback" not in line, result.output
+    return line
+
+
+def test_a_directory_that_is_no_model_is_refused_naming_the_field(tmp_path):
+    assert "/etc is a directory but not a model" in _refused(_dry_run(tmp_path, "model.name=/etc"), "model.name")
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "config.json").write_text("{}")
+    line = _refused(_dry_run(tmp_path, f"model.name={tmp_path / 'half'}"), "model.name")
+    assert "no weights" in line
+
+
+def test_a_device_this_machine_lacks_is_refused_and_cuda_without_a_gpu_is_a_warning(tmp_path):
+    import torch
+
+    if torch.cuda.device_count() > 7:
+        pytest.skip("this machine has a CUDA device 7")
+    assert "cuda:7" in _refused(_dry_run(tmp_path, "model.device=cuda:7"), "model.device")
+    assert "not a torch device" in _refused(_dry_run(tmp_path, "model.device=gpu0"), "model.device")
+    if torch.cuda.device_count() == 0:
+        shown = _dry_run(tmp_path, "model.device=cuda")
+        assert shown.exit_code == 0 and "model.device: cuda, and this machine has no CUDA device" in shown.output
+
+
+def test_a_hub_model_not_cached_here_is_a_warning_unless_the_hub_is_off(tmp_path, monkeypatch):
+    """The paper configs name Qwen/Qwen3-4B, which a GPU machine downloads: their dry run passes here."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    shown = _dry_run(tmp_path, "model.name=coevolve-tests/no-such-model")
+    assert shown.exit_code == 0, shown.output
+    assert "model.name: coevolve-tests/no-such-model is not in this machine's Hugging Face cache" in shown.output
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    line = _refused(_dry_run(tmp_path, "model.name=coevolve-tests/no-such-model"), "model.name")
+    assert "HF_HUB_OFFLINE is set" in line
+
+
+def test_a_storage_root_that_cannot_be_written_is_refused(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    line = _refused(_dry_run(tmp_path, root=tmp_path / "a-file" / "runs"), "storage root")
+    assert "is a file, not a folder" in line
+
+
+def test_the_paper_config_dry_runs_here_and_says_what_a_gpu_machine_must_have(tmp_path):
+    shown = _dry_run(tmp_path, config="bfcl-qwen3-4b.yaml")
+    assert shown.exit_code == 0, shown.output
+    from huggingface_hub import try_to_load_from_cache
+
+    if not isinstance(try_to_load_from_cache("Qwen/Qwen3-4B", "config.json"), str):
+        assert "warnings (not here, needed where the run runs):" in shown.output
+        assert "model.name: Qwen/Qwen3-4B is not in this machine's Hugging Face cache" in shown.output
