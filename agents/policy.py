@@ -151,11 +151,13 @@ def load_checkpoint_weights(model: Any, checkpoint: Path, version: str, *, lora:
 def checkpoint_errors(checkpoint: Path, version: str) -> Iterator[None]:
     """Turn a missing or unloadable checkpoint into one `ArtifactError` that says how to rebuild it."""
     from coevolve.rl.checkpoint import CorruptCheckpointError
+    from coevolve.storage.layout import root_option
     from coevolve.storage.parquet import ArtifactError
 
     found = re.search(r"run=([^/]+)/checkpoints/round=(\d+)", str(checkpoint))
-    rebuild = (f"rebuild it with `coevolve stage grpo_update --run {found.group(1)} --round {found.group(2)} --force`"
-               if found else "re-run the grpo_update stage that wrote it with --force")  # fmt: skip
+    root = root_option(Path(str(checkpoint)[: found.start()] or ".")) if found else ""  # the runs folder
+    rebuild = (f"rebuild it with `coevolve stage grpo_update --run {found.group(1)} --round {found.group(2)} "
+               f"--force{root}`" if found else "re-run the grpo_update stage that wrote it with --force")  # fmt: skip
     try:
         yield
     except FileNotFoundError as exc:

@@ -69,7 +69,7 @@ def main_options(verbose: Annotated[bool, typer.Option(
 def run(
     config: Annotated[Path | None, typer.Argument(
         help="YAML run config, e.g. configs/demo.yaml (default: the saved config of --run).")] = None,
-    rounds: Annotated[int | None, typer.Option(help="Total rounds the run should have (default: run.rounds).")] = None,
+    rounds: Annotated[int | None, typer.Option(help="Total rounds the run should have (default: run.rounds, or the rounds it has completed if more).")] = None,
     more: Annotated[int | None, typer.Option(help="Run this many rounds beyond the completed ones.")] = None,
     run_name: Annotated[str | None, typer.Option("--run", help="Run name (default: run.name).")] = None,
     force: Annotated[bool, typer.Option(
@@ -108,10 +108,11 @@ def run(
 def _print_finished(ctx, rounds: int) -> None:
     from coevolve.flows.summary import round_line, run_metrics
     from coevolve.flows.tracking import track_rounds
+    from coevolve.stages.plan import round_plan
 
     rows = run_metrics(ctx.store, rounds)
     for row in rows:
-        typer.echo(round_line(row, ["all"]).replace("cached: all", "cached"))
+        typer.echo(round_line(row, [stage.name for stage in round_plan(ctx.config, row["round"])], computed=[]))
     track_rounds(ctx.config, ctx.store.layout, rows)  # rounds finished before tracking was on
     _print_where(str(ctx.store.layout.root), ctx.run)
 
@@ -177,8 +178,8 @@ def stage(
         fail(str(exc))
     state = "cached" if record.cached else f"computed in {record.manifest.seconds:.1f} s"
     typer.echo(f"{name} round {round_}: {state}; key {record.manifest.key}")
-    for ref in record.manifest.artifacts.values():
-        typer.echo(f"  {ref.name}: {ref.rows} rows -> {ref.path}")
+    for ref in record.manifest.artifacts.values():  # where the file is now: a runs folder can be moved
+        typer.echo(f"  {ref.name}: {ref.rows} rows -> {layout.artifact_path(round_, name, ref.name)}")
 
 
 def _rerun_stage(stage_def, cfg, layout, round_: int, *, force: bool):

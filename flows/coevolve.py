@@ -99,7 +99,8 @@ def run_rounds(ctx: RunContext, rounds: int, *, force: bool = False) -> list[Rou
         reports.append(RoundReport(round_, records))
         metrics = round_metrics(ctx.store, round_, size)
         size = metrics["dataset_size"]
-        announce(round_line(metrics, reports[-1].cached()), quiet=ctx.quiet)
+        computed = [name for name, record in records.items() if not record.cached]
+        announce(round_line(metrics, reports[-1].cached(), computed), quiet=ctx.quiet)
         if len(reports[-1].cached()) < len(records):
             publish_round(ctx.store, round_)
         track_rounds(ctx.config, ctx.store.layout, [metrics])

@@ -165,14 +165,16 @@ def completed_rounds(ctx: RunContext) -> int:
 
 
 def rounds_to_run(ctx: RunContext, rounds: int | None, more: int | None) -> int:
-    """Total rounds the run should have: `rounds`, or `more` beyond the completed ones, or `run.rounds`."""
+    """Total rounds the run should have: `rounds`, or `more` beyond the completed ones, or else `run.rounds`
+    but never fewer than the completed ones (a run taken to 3 rounds with `--rounds 3` stays 3 rounds when
+    continued without it)."""
     if rounds is not None and more is not None:
         raise RunError("give either rounds (the total) or more (rounds beyond the completed ones), not both")
     if more is not None:
         if more < 0:
             raise RunError(f"more must be >= 0, got {more}")
         return completed_rounds(ctx) + more
-    total = rounds if rounds is not None else ctx.config.run.rounds
+    total = rounds if rounds is not None else max(ctx.config.run.rounds, completed_rounds(ctx))
     if total < 1:
         raise RunError(f"rounds must be >= 1, got {total}")
     return total

@@ -33,7 +33,7 @@ from coevolve.agents.policy import EngineFactory, Policy, base_version
 from coevolve.config import CoevolveConfig
 from coevolve.envs.base import Environment, Task
 from coevolve.storage.datasets import Datasets
-from coevolve.storage.layout import checkpoint_name
+from coevolve.storage.layout import checkpoint_name, root_option
 from coevolve.storage.parquet import ArtifactError, file_matches
 from coevolve.storage.store import RunStore
 
@@ -146,7 +146,8 @@ class RunContext:
             raise ArtifactError(
                 f"checkpoint {checkpoint} of policy {version} is refused: {first} does not load as the file "
                 f"grpo_update of round {round_} in run '{self.run}' saved (its manifest records another sha256"
-                f"{also}); rebuild it with `coevolve stage grpo_update --run {self.run} --round {round_} --force`"
+                f"{also}); rebuild it with `coevolve stage grpo_update --run {self.run} --round {round_} --force"
+                f"{root_option(self.store.layout.root)}`"
             )
         return version, checkpoint
 
