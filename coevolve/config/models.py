@@ -209,6 +209,12 @@ class WarmStartSection(Section):
     lora_alpha: float = Field(32.0, gt=0.0, le=MAX_LORA_SCALE * 65_536)
     """LoRA scaling numerator (the adapter's update is scaled by lora_alpha / lora_rank, at most
     `MAX_LORA_SCALE` = 64)."""
+    teacher_named_tool_examples: bool = False
+    """Extension, not the paper's: the teacher's start also trains on examples where an `unused` signal names
+    a tool of the training families that the task's own solution does not call, and the exploration lists
+    its app, then calls it (`stages.warm_start.teacher_examples.named_tool_samples`). A tool no training
+    task calls (the coverage gap's) is never named. Enters the teacher start's key only when true, so the
+    starts built and shipped without it keep their names."""
 
     @model_validator(mode="after")
     def _sane_lora_scale(self) -> WarmStartSection:

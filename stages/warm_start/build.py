@@ -48,6 +48,7 @@ from coevolve.stages.warm_start.adapters import (
 from coevolve.stages.warm_start.teacher_examples import (
     abstraction_sample,
     exploration_sample,
+    named_tool_samples,
     reflection_sample,
 )
 
@@ -144,9 +145,12 @@ def _start_name(start: Path | str) -> str:
 
 
 def _teacher_key(config: CoevolveConfig, start: str, settings: WarmStart, max_distractors: int) -> str:
+    """`replies` names the kinds of example; `named-tool` only with `warm_start.teacher_named_tool_examples`,
+    so the keys of the starts built without it, and their shipped adapters' names, stay as they were."""
+    replies = ["abstract", "reflect", "explore"] + (["named-tool"] if config.warm_start.teacher_named_tool_examples else [])
     key = content_hash({"start": start, "settings": settings.key_fields(),
                         "max_distractors": max_distractors,
-                        "replies": ["abstract", "reflect", "explore"],
+                        "replies": replies,
                         "env": config.env.name, "options": start_options(config),
                         "max_tasks": config.abstract.max_tasks_per_group}, length=12)  # fmt: skip
     return f"teacher-{key}"
@@ -160,8 +164,9 @@ def teacher_checkpoint(config: CoevolveConfig, start: Path, settings: WarmStart,
     use another seed than the policy's warm start): an abstraction example each, with 0 to
     `max_distractors` extra observed calls to leave out (`abstraction_sample`; drawn per example, so the
     solution's indices follow the calls shown, not a fixed offset), a reflection example each
-    (`reflection_sample`), and an exploration episode each that has a variant to explore
-    (`exploration_sample`)."""
+    (`reflection_sample`), an exploration episode each that has a variant to explore
+    (`exploration_sample`), and with `warm_start.teacher_named_tool_examples` a reflection and an exploration
+    on an unused training tool where the task offers one (`named_tool_rows`)."""
     import torch
 
     from coevolve.llm.models import load_model
@@ -183,17 +188,39 @@ def teacher_checkpoint(config: CoevolveConfig, start: Path, settings: WarmStart,
     explored = [(task, row) for task, row in explored if row is not None]
     rows += [row for _, row in explored]
     groups += [("explore", task.family) for task, _ in explored]
+    named = named_tool_rows(config, env, chat, tasks, settings.seed)
+    rows += [row for _, row in named]
+    groups += [group for group, _ in named]
     print(f"teacher warm start: {len(tasks)} abstraction examples (0-{max_distractors} distractor calls), "
-          f"{len(tasks)} reflection examples and {len(explored)} exploration examples, {settings.epochs} epochs",
+          f"{len(tasks)} reflection examples, {len(explored)} exploration examples and {len(named)} named-tool "
+          f"examples, {settings.epochs} epochs",
           file=sys.stderr, flush=True)  # fmt: skip
     tmp = staging(target)
     name = _start_name(start)
     base = f"{WARM_STARTS}/{name}" if name != str(start) else name
     model, losses = train_start(model, as_batch(rows, groups), settings, tmp, base=base, progress=_report)
     record = {"start": base, "settings": asdict(settings), "distractors": distractors,
-              "examples": len(rows), "explorations": len(explored), "task_ids": [t.id for t in tasks],
+              "examples": len(rows), "explorations": len(explored), "named_tool_examples": len(named),
+              "task_ids": [t.id for t in tasks],
               "losses": losses, "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
     return save_start(model, tokenizer, record, tmp, target)
+
+
+def named_tool_rows(config: CoevolveConfig, env, chat: ChatFormat, tasks: list[Task], seed: int) -> list[tuple]:
+    """With `warm_start.teacher_named_tool_examples`: ((group, family), example) pairs of a reflection and an
+    exploration on an `unused` signal naming a training tool each task does not call (`named_tool_samples`);
+    the tools are those the tasks' own references call, so no coverage-gap tool is ever named. Drawn with
+    a generator of their own, so the other examples are the same with the option on or off."""
+    if not config.warm_start.teacher_named_tool_examples:
+        return []
+    trained: dict = {}
+    for call in (c for task in tasks for turn in task.solution or [] for c in turn):
+        trained.setdefault(call.name, call)
+    rng, rows = random.Random(f"named-tool:{seed}"), []
+    for task in tasks:
+        pair = named_tool_samples(env, chat, task, trained, rng=rng)
+        rows += [((kind, task.family), row) for kind, row in zip(("reflect-named", "explore-named"), pair)]
+    return rows
 
 
 def policy_start_settings(config: CoevolveConfig) -> WarmStart:

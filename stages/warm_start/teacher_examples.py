@@ -1,6 +1,8 @@
 """The examples a teacher's warm start trains on (`stages.warm_start.build.teacher_checkpoint`): abstraction,
 reflection and exploration replies for generated tasks whose reference solution is known, each under the
 prompt the stage itself renders (`stages.abstract.stage`, `stages.explore.stage`). Each is (ids, loss mask).
+With `warm_start.teacher_named_tool_examples` (an extension) also a reflection and an exploration on an
+`unused` signal that names a training tool the task does not call (`named_tool_samples`).
 
     ids, mask = abstraction_sample(env, chat, task, max_tasks=2, distractors=1)
 """
@@ -24,6 +26,7 @@ from coevolve.stages.explore.exploration import (
     explore_instructions,
     reflection_messages,
 )
+from coevolve.stages.explore.named_tool import app_listing, is_listing, takes_no_argument, with_named_tool
 
 
 def abstraction_sample(env: Environment, chat: ChatFormat, task: Task, max_tasks: int, *,
@@ -169,6 +172,87 @@ def exploration_sample(env: Environment, chat: ChatFormat, task: Task, *,
     episode = exploration_task(task, 1).model_copy(update={"solution": [*solution, list(variant)]})
     instructions = {task.id: explore_instructions({**reference_context(task), "unknown_tools": []})}
     return reference_sample(ContextEnv(env, instructions), chat, episode)
+
+
+def unused_training_call(env: Environment, task: Task, trained: dict[str, ToolCall],
+                         rng: random.Random) -> tuple[ToolCall, ToolCall] | None:  # fmt: skip
+    """(a listing, a call of a training tool) that an exploration of `task` can make: the tool is offered,
+    takes arguments, is not in the task's reference, and is one of `trained` (tool -> a reference call of it
+    in another training task: only tools some training task calls, so never a coverage-gap tool); its
+    listing is the app's argument-free one (`named_tool.app_listing`). Each required argument takes a value
+    the listing shows under the argument's name, else the other task's value; the pair must run from the
+    task's initial state. None when no offered tool qualifies."""
+    tools = env.reset(task).tools
+    used = {call.name for turn in task.solution or [] for call in turn}
+    names = [t["function"]["name"] for t in tools if t["function"]["name"] in trained
+             and t["function"]["name"] not in used and not takes_no_argument(t) and not is_listing(t)]  # fmt: skip
+    for name in rng.sample(names, len(names)):
+        listing = app_listing(tools, name)
+        if listing is None:
+            continue
+        env.reset(task)
+        ok, text = _observe(env, [ToolCall(name=listing)])[0]
+        try:
+            shown = json.loads(text) if ok else None
+        except ValueError:
+            shown = None
+        required = next(t for t in tools if t["function"]["name"] == name)["function"]["parameters"]["required"]
+        arguments = {key: _shown_value(shown, key, rng, trained[name].arguments.get(key)) for key in required}
+        call = ToolCall(name=name, arguments=arguments)
+        env.reset(task)
+        if all(ran for ran, _ in _observe(env, [ToolCall(name=listing), call])):
+            return ToolCall(name=listing), call
+    return None
+
+
+def _shown_value(shown: Any, key: str, rng: random.Random, fallback: Any) -> Any:
+    """A value a listing shows under `key` (objects of a list, or of a list under any key), else `fallback`."""
+    rows = shown if isinstance(shown, list) else []
+    if isinstance(shown, dict):
+        rows = [row for value in shown.values() if isinstance(value, list) for row in value]
+    values = [row[key] for row in rows if isinstance(row, dict) and row.get(key) is not None]
+    return rng.choice(values) if values else fallback
+
+
+def named_tool_context(tools: list[dict], listing: ToolCall, call: ToolCall) -> dict:
+    """The exploration context of an `unused` signal naming `call`'s tool, as a reflection should write it,
+    with its schema and listing (`explore.named_tool_context`)."""
+    context = {"tools": [call.name, listing.name], "apps": [],
+               "diagnosis": f"No attempt in the last rounds called {call.name}, so the agent never practised it.",
+               "plan": f"Call {listing.name} to see which values exist, then call {call.name} with values it "
+                       "shows and observe what it returns and changes."}  # fmt: skip
+    return with_named_tool({**context, "unknown_tools": []}, tools, call.name)
+
+
+def named_tool_samples(env: Environment, chat: ChatFormat, task: Task, trained: dict[str, ToolCall], *,
+                       rng: random.Random) -> list[tuple[list[int], list[int]]]:  # fmt: skip
+    """A reflection and an exploration on an `unused` signal naming a training tool `task` does not call
+    (`unused_training_call`): the reflection, on the task's reference attempt, replies with a context naming
+    the tool and its listing; the exploration runs the reference for the request, then in the follow-up
+    turn the listing and the tool with values it shows. Empty when no offered tool qualifies."""
+    found = unused_training_call(env, task, trained, rng)
+    if found is None:
+        return []
+    listing, call = found
+    tools = env.reset(task).tools
+    reference = [c for turn in task.solution or [] for c in turn]
+    steps = [{"step": i, "call_index": 0, "kind": "call", "tool": c.name, "ok": ok,
+              "arguments": json.dumps(c.arguments), "observation": text}
+             for i, (c, (ok, text)) in enumerate(zip(reference, _observe(env, reference), strict=True))]  # fmt: skip
+    steps.append({"step": len(reference), "call_index": 0, "kind": "answer", "reply": "Done."})
+    evidence = json.dumps({"tool": call.name, "offered_trajectories": 8, "offered_tasks": 1, "window_calls": 0,
+                           "first_round": 0}, separators=(",", ":"))  # fmt: skip
+    target = Target("warm-start", task, "unused", steps=steps, outcome=f"reward {env.evaluate().reward:.2f}",
+                    evidence=evidence, named_tool=call.name)  # fmt: skip
+    context = named_tool_context(tools, listing, call)
+    reply = json.dumps({k: context[k] for k in ("tools", "apps", "diagnosis", "plan")})
+    prompt = chat.prompt_ids(reflection_messages(target, tools), tools=[]) + chat.encode(REFLECT_PREFIX)
+    answer = chat.encode(reply[len(REFLECT_PREFIX):]) + [chat.end_of_turn_id]
+    solution = list(task.solution or [])
+    solution += [[] for _ in range(len(task.turns) - len(solution))]
+    episode = exploration_task(task, 1).model_copy(update={"solution": [*solution, [listing, call]]})
+    explored = reference_sample(ContextEnv(env, {task.id: explore_instructions(context)}), chat, episode)
+    return [(prompt + answer, [0] * len(prompt) + [1] * len(answer)), explored]
 
 
 def _observe(env: Environment, calls: list[ToolCall]) -> list[tuple[bool, str]]:
