@@ -61,7 +61,7 @@ from torch import Tensor, nn
 
 from coevolve.rl.advantages import ScaleRewards, group_advantages
 from coevolve.rl.batch import SampleBatch
-from coevolve.rl.divergence import DivergenceError, Guard, finite_weights
+from coevolve.rl.divergence import Guard, Seen, finite_weights, lora_scale
 from coevolve.rl.logprobs import token_logprobs
 from coevolve.rl.loss import grpo_loss
 from coevolve.rl.plan import LossNormalization, Plan, Shard, plan_update, shard_plan, trainable_rows
@@ -231,7 +231,7 @@ def _optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, max_grad
     guard.check(step, "grad_norm", grad_norm)
     optimizer.step()
     if not finite_weights(model, accelerator):
-        raise DivergenceError(step, guard.steps, "weights", guard.lr, guard.dtype)
+        raise guard.error(step, "weights")
     return grad_norm
 
 
@@ -351,7 +351,9 @@ def grpo_update(
         was_training = model.training
         model.train()
         dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
-        guard = Guard(steps=hp.epochs * len(shards), lr=first_lr, dtype=dtype)
+        seen = Seen(lr=first_lr, dtype=dtype, lora_scale=lora_scale(model),
+                    advantages_finite=bool(torch.isfinite(adv).all()))  # fmt: skip
+        guard = Guard(hp.epochs * len(shards), seen, start_finite=lambda: finite_weights(model, accelerator))
         try:
             for _ in range(hp.epochs):
                 for m, shard in enumerate(shards):

@@ -103,8 +103,9 @@ class RolloutConfig(Section):
     untrained."""
     k: int = Field(8, ge=1, le=1024)
     """Rollouts per task (the GRPO group size)."""
-    temperature: float = Field(0.8, gt=0.0, le=10.0)
-    """Sampling temperature; the trainer scales logits by the same 1/T."""
+    temperature: float = Field(0.8, ge=0.01, le=10.0)
+    """Sampling temperature; the trainer scales logits by the same 1/T (at least 0.01: near 0, 1/T overflows
+    the log-probs; greedy decoding is `eval.greedy`)."""
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     """Nucleus sampling; keep 1.0 so sampled tokens follow the distribution the trainer scores."""
     max_new_tokens: int = Field(96, ge=1, le=131_072)

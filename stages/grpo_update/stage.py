@@ -116,18 +116,29 @@ def _in_process_update(ctx: StageContext, round_: int, policy: PolicyModel, batc
 
 
 def diverged(ctx: StageContext, round_: int, exc: DivergenceError) -> UpdateDivergedError:
-    """The one paragraph a diverged update shows: round, step, cause, and the command that continues."""
-    train = ctx.config.train
-    if exc.dtype == "float16":
-        change = "model.dtype float16", "model.dtype=float32"
-    else:
-        change = (f"train.lr {train.lr:g}, train.max_grad_norm {train.max_grad_norm:g}, train.beta {train.beta:g}",
-                  f"train.lr={train.lr / 10:g}")
+    """The one paragraph a diverged update shows: round, step, cause, and the command that continues with the
+    setting the cause names changed."""
+    change = _setting_change(ctx.config, exc.cause.setting)
+    advice = (f"Change the config ({change[0]}) and continue, e.g. `coevolve run --run {ctx.run} --set {change[1]}`."
+              if change else f"No setting of the config is to blame; once the cause is fixed, continue with "
+                             f"`coevolve run --run {ctx.run}`.")  # fmt: skip
     return UpdateDivergedError(
         f"round {round_} of run '{ctx.run}': {exc}. Nothing of this update was saved (no checkpoint, no "
-        f"grpo_update manifest). Change the config ({change[0]}) and continue, e.g. "
-        f"`coevolve run --run {ctx.run} --set {change[1]}`."
+        f"grpo_update manifest). {advice}"
     )
+
+
+def _setting_change(config: Any, setting: str | None) -> tuple[str, str] | None:
+    """What the paragraph of a divergence caused by `setting` shows of the config, and an override to try."""
+    train = config.train
+    changes = {
+        "model.dtype": (f"model.dtype {config.model.dtype}", "model.dtype=float32"),
+        "train.lora_alpha": (f"train.lora_alpha {train.lora_alpha:g} with train.lora_rank {train.lora_rank}",
+                             f"train.lora_alpha={2 * max(train.lora_rank, 1)}"),
+        "train.lr": (f"train.lr {train.lr:g}, train.max_grad_norm {train.max_grad_norm:g}, train.beta {train.beta:g}",
+                     f"train.lr={train.lr / 10:g}"),
+    }  # fmt: skip
+    return changes.get(setting) if setting else None
 
 
 def _launched_update(ctx: StageContext, round_: int, checkpoint: Path) -> dict[str, float]:
