@@ -151,18 +151,26 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def headline(root: Path, plan: Plan, out: Path) -> dict[str, dict]:
-    """The result row's figures: each arm - grpo per split and on all (with the bootstrap interval and the
-    McNemar p-value), and each arm's final held-out success per split."""
+    """The result row's figures of the plan's outcomes (`headline_figures`)."""
     evals, _ = reported_outcomes(root, plan, out)
+    return headline_figures(evals, plan.arms, plan.rounds)
+
+
+def headline_figures(evals: pl.DataFrame, arms: Sequence[str], rounds: int) -> dict[str, dict]:
+    """Each arm - grpo per split and on all (with the bootstrap interval), the McNemar p-value per split and
+    over all splits together, each named by its splits; each arm's final held-out success per split."""
     figures = {}
-    for arm in (a for a in plan.arms if a != "grpo"):
-        for split, got in differences(evals, arm, "grpo", updates=plan.rounds).items():
+    splits = sorted(evals["split"].unique())
+    for arm in (a for a in arms if a != "grpo"):
+        for split, got in differences(evals, arm, "grpo", updates=rounds).items():
             if got is not None:
                 figures[f"{arm} - grpo, {split}"] = figure(100 * got[0], "points", (100 * got[1], 100 * got[2]))
-        tested = paired_test(evals, arm, "grpo", updates=plan.rounds)
-        if tested is not None:
-            figures[f"{arm} - grpo, McNemar p"] = figure(tested["p"], "")
-    final = evals.filter(pl.col("updates") == plan.rounds)
+        for split in [*splits, "all splits"]:
+            scope = evals if split == "all splits" else evals.filter(pl.col("split") == split)
+            tested = paired_test(scope, arm, "grpo", updates=rounds)
+            if tested is not None and (split == "all splits" or len(splits) > 1):
+                figures[f"{arm} - grpo, McNemar p, {split}"] = figure(tested["p"], "")
+    final = evals.filter(pl.col("updates") == rounds)
     for (arm, split), rows in sorted(final.group_by("arm", "split")):
         figures[f"{arm} final {split} success"] = figure(100 * rows["success"].mean(), "%")
     figures["seeds"] = figure(evals["seed"].n_unique(), "")

@@ -92,3 +92,15 @@ def test_report_tables_show_counts_of_thousands_whole_with_separators():
     table = pl.DataFrame({"arm": ["grpo"], "tokens": [91457.0], "stage s": [512.34], "feedback": [0.163],
                           "seeds": [2], "episodes": [1728]})  # fmt: skip
     assert markdown_table(table, percent=("feedback",)).splitlines()[2] == "| grpo | 91,457 | 512.3 | 16.3 % | 2 | 1,728 |"
+
+
+def test_the_result_rows_mcnemar_p_values_name_the_splits_they_are_over():
+    """The coverage plan's row read "coevolve - grpo, McNemar p: 0.603" over all three splits, unlabelled,
+    where gap-test alone gives 4.5e-6: each p-value now names its splits."""
+    from coevolve.benchmarks.learning.cli import headline_figures
+
+    outcomes = pl.read_parquet(REPOSITORY / "benchmarks/results/learning/coverage-final/outcomes.parquet")
+    figures = headline_figures(outcomes, ["grpo", "coevolve"], 8)
+    assert round(figures["coevolve - grpo, McNemar p, all splits"]["value"], 3) == 0.603
+    assert figures["coevolve - grpo, McNemar p, gap-test"]["value"] < 1e-5
+    assert not [name for name in figures if name.endswith("McNemar p")]
