@@ -12,13 +12,20 @@ from coevolve.benchmarks.record import command_line, current_commit, results_dir
 from coevolve.benchmarks.suite import argument_parser
 
 CONFIG = Path("configs/coverage-smollm2.yaml")
-TEACHERS: dict[str, tuple[str, ...]] = {
-    "coverage": ("warm_start.policy_tasks=48", "warm_start.teacher_tasks=48"),
-    "named-tool": ("warm_start.policy_tasks=48", "warm_start.teacher_tasks=48",
-                   "warm_start.teacher_named_tool_examples=true"),
+NAMED_TOOL_EXAMPLES = "warm_start.teacher_named_tool_examples=true"
+TEACHERS: dict[str, tuple[Path | None, tuple[str, ...]]] = {
+    "coverage": (None, ("warm_start.policy_tasks=48", "warm_start.teacher_tasks=48")),
+    "named-tool": (None, ("warm_start.policy_tasks=48", "warm_start.teacher_tasks=48", NAMED_TOOL_EXAMPLES)),
+    "demo": (Path("configs/demo.yaml"), ()),
+    "demo-named-tool": (Path("configs/demo.yaml"), (NAMED_TOOL_EXAMPLES,)),
 }  # fmt: skip
-"""The teacher starts measured: the coverage experiment's (the policy's warm start of 48 tasks, the teacher
-fine-tuned from it on 48 others), and the same built with examples that name and call an unused training tool."""
+"""Where the policy and teacher starts come from: (a config whose `warm_start` section builds them, None: the
+measured config itself; the overrides of that section). `coverage`: the coverage experiment's (the policy
+fine-tuned on 48 tasks, the teacher from it on 48 others; full fine-tunes trained once per machine, about
+15 minutes each on an idle 2-core machine); `named-tool`: that teacher also trained on examples that name and
+call an unused training tool; `demo`: the demo's LoRA starts (the same kinds of examples, shipped in
+configs/warm-starts/ and merged in seconds); `demo-named-tool`: the demo's teacher with the named-tool
+examples (its policy start merged, the teacher trained once)."""
 VARIANTS: dict[str, tuple[str, ...]] = {
     "control": (),
     "unused": ("signals.kinds=[forgetting, boundary, rare, unused]",),
@@ -37,7 +44,8 @@ def load(config: Path, teacher: str, variant: str, sets: Sequence[str]) -> Any:
     from coevolve.config import load_config
 
     try:
-        return load_config(config, [*TEACHERS[teacher], *VARIANTS[variant], *sets])
+        source, starts = TEACHERS[teacher]
+        return load_config(config, [*(starts if source is None else ()), *VARIANTS[variant], *sets])
     except ValueError as exc:
         first = str(exc).splitlines()[0]
         raise SystemExit(f"error: teacher {teacher!r}, variant {variant!r}: {first}") from None
@@ -74,16 +82,34 @@ def measure(config: Any, teacher: Any, policy: Any, *, variant: str, worlds: int
     return rows
 
 
-def models(config: Any) -> tuple[Any, Any]:
-    """(teacher, policy) of the config's warm starts, built into the model cache if missing."""
+def started(config: Any, teacher: str) -> Any:
+    """`config` with the starts of `teacher` (`TEACHERS`: its own `warm_start` section's, or another config's,
+    of which it takes the model and the teacher, keeping its own sampling settings), built into the model
+    cache where missing."""
+    from coevolve.config import LocalTeacherConfig, load_config
+    from coevolve.stages.warm_start.build import build_warm_starts, with_warm_starts
+
+    source, overrides = TEACHERS[teacher]
+    spec = config if source is None else load_config(source, list(overrides))
+    named = with_warm_starts(spec)
+    build_warm_starts(spec, named)
+    if source is None:
+        return named
+    model = config.model.model_copy(update={"name": named.model.name})
+    sampling = config.teacher.model_dump(exclude={"type"})
+    teacher = LocalTeacherConfig(
+        model=named.teacher.model, dtype=model.dtype, device=model.device, **sampling
+    )
+    return config.model_copy(update={"model": model, "teacher": teacher})
+
+
+def models(named: Any) -> tuple[Any, Any]:
+    """(teacher, policy) of a config whose starts are built (`started`)."""
     from coevolve.agents.teacher import make_teacher, teacher_version
     from coevolve.llm.chat import ChatFormat
     from coevolve.llm.hf_engine import HfEngine
     from coevolve.llm.models import load_model
-    from coevolve.stages.warm_start.build import build_warm_starts, with_warm_starts
 
-    named = with_warm_starts(config)
-    build_warm_starts(config, named)
     model, tokenizer = load_model(named.model.name, dtype=named.model.dtype, device=named.model.device)
     engine = HfEngine(
         model, tokenizer, batch_size=named.model.generation_batch_size, version=named.model.name
@@ -127,13 +153,14 @@ def main(argv: Sequence[str] | None = None, doc: str | None = None) -> None:
         parser.error("--worlds, --rounds and --attempts must be >= 1")
     command, commit = command_line("explore-yield", argv), current_commit()
     config = load(args.config, args.teacher, args.variant, [f"verify.attempts={args.attempts}", *args.sets])
-    started = time.perf_counter()
+    clock = time.perf_counter()
+    config = started(config, args.teacher)
     teacher, policy = models(config)
     rows = measure(config, teacher, policy, variant=args.variant, worlds=args.worlds, rounds=args.rounds)
     from coevolve.benchmarks.explore_yield.record import write_record
 
     out = args.out or results_dir() / "explore-yield" / f"{args.teacher}-{args.variant}"
-    note = args.note or f"{len(rows)} explorations in {time.perf_counter() - started:.0f} s"
+    note = args.note or f"{len(rows)} explorations in {time.perf_counter() - clock:.0f} s"
     row = write_record(rows, list(config.gap_families), teacher=args.teacher, variant=args.variant,
                        command=command, out=out, note=note, commit=commit)  # fmt: skip
     print((out / "report.md").read_text())

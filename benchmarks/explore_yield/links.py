@@ -93,7 +93,8 @@ def exploration_row(aim, *, round_: int, named: bool, exploration: dict, steps: 
         "signal_kind": aim.target.kind, "named_tool": aim.tool if named else None, "gap_tool": aim.tool,
         "gap_family": aim.family, "listing": aim.listing, "status": exploration["status"],
         "reason": exploration["reason"],
-        "tools_in_context": sorted(set(context.get("tools", [])) | set(context.get("named_tools", []))),
+        "tools_in_context": sorted({*context.get("tools", []), *context.get("named_tools", []),
+                                    *([context["listing"]] if context.get("listing") else [])}),
         "tools_called_ok": called, "called_gap_tool": aim.tool in called, "candidates": rows,
         "admitted_task_ids": sorted({r["task_id"] for r in rows if r["task_id"]}),
     }  # fmt: skip

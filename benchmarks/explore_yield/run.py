@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import inspect
 import json
+import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from types import SimpleNamespace
@@ -54,6 +56,11 @@ def with_named_tools(aims: Sequence[Aim], named: bool) -> list:
     return [replace(aim.target, **{field: aim.tool}) for aim in aims]
 
 
+def say(line: str) -> None:
+    """A progress line on stderr, with the time."""
+    print(f"{time.strftime('%H:%M:%S')} explore-yield {line}", file=sys.stderr, flush=True)
+
+
 def measure_round(teacher: Any, policy: Any, config: CoevolveConfig, make_env: Callable[[], Environment],
                   aims: Sequence[Aim], *, named: bool, round_: int = 0,
                   held_out: Sequence[Task] = ()) -> list[dict]:  # fmt: skip
@@ -61,11 +68,13 @@ def measure_round(teacher: Any, policy: Any, config: CoevolveConfig, make_env: C
     chat, version) makes verification's attempts; `held_out`: the tasks the contamination guard keeps out."""
     cfg, seed = config, config.run.seed
     targets = with_named_tools(aims, named)
+    say(f"round {round_}: {len(targets)} explorations")
     explorations = explore(teacher, make_env, targets, rounds=cfg.explore.rounds, steps=cfg.explore.steps,
                            seed=round_seed(seed, round_, "explore"), follow_ups=cfg.explore.follow_ups,
                            **explore_options(config))  # fmt: skip
     artifacts = exploration_artifacts(explorations, run=RUN, round_=round_, teacher=teacher.version)
     triples = build_triples(make_env, artifacts["explorations"], artifacts["steps"])
+    say(f"round {round_}: {sum(t['ok'] for t in triples)} successful calls of {len(triples)}; abstracting")
     groups = build_groups(triples, explored_tasks(artifacts["explorations"]))
     if cfg.abstract.single_calls:
         groups += single_call_groups(groups)
@@ -75,6 +84,10 @@ def measure_round(teacher: Any, policy: Any, config: CoevolveConfig, make_env: C
         seed=round_seed(seed, round_, "abstract"), samples=cfg.abstract.samples,
         prefill_effect=cfg.abstract.prefill_effect,
     )  # fmt: skip
+    say(
+        f"round {round_}: {sum(c['status'] == 'ok' for c in candidates)} ok candidates of {len(candidates)}; "
+        "verifying"
+    )
     settings = settings_of(SimpleNamespace(config=config), round_, "verify")
     verified = verify_candidates(policy, make_env, candidates, list(held_out),
                                  exploration_lineage(artifacts["explorations"]), settings, run=RUN, round_=round_)  # fmt: skip
