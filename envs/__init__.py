@@ -24,6 +24,7 @@ from typing import Any
 from coevolve.envs.base import (
     Action,
     Environment,
+    EnvOptions,
     Evaluation,
     FreshTasks,
     Observation,
@@ -31,10 +32,11 @@ from coevolve.envs.base import (
     StepResult,
     Task,
     TaskSynthesis,
+    check_options,
 )
 
-__all__ = ["Action", "Environment", "Evaluation", "FreshTasks", "Observation", "OptionError", "StepResult", "Task",
-           "TaskSynthesis", "available", "environment_class", "make", "registry"]
+__all__ = ["Action", "EnvOptions", "Environment", "Evaluation", "FreshTasks", "Observation", "OptionError", "StepResult", "Task",
+           "TaskSynthesis", "available", "check_options", "environment_class", "make", "registry"]
 
 ENTRY_POINT_GROUP = "coevolve.envs"
 

@@ -16,6 +16,10 @@ without which verification admits none of its candidates, and `FreshTasks` (new 
 `env.offers(Role)` before using one. `EnvironmentWrapper` is an environment around another that changes
 only what it defines and offers exactly the roles of the one it wraps.
 
+Options. An environment declares the options its constructor takes (`env.options` of a run config) in an
+`EnvOptions` model with their types and bounds and checks them first (`check_options`): a size out of bounds
+is one `OptionError` line naming `env.options.<field>`, before any task set is built in proportion to it.
+
 Tasks are plain data (`Task`), identified by a content hash, so the same task generated twice has the same
 id and re-running a stage produces the same rows.
 """
