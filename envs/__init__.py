@@ -35,8 +35,8 @@ from coevolve.envs.base import (
     check_options,
 )
 
-__all__ = ["Action", "EnvOptions", "Environment", "Evaluation", "FreshTasks", "Observation", "OptionError", "StepResult", "Task",
-           "TaskSynthesis", "available", "check_options", "environment_class", "make", "registry"]
+__all__ = ["Action", "EnvOptions", "Environment", "Evaluation", "FreshTasks", "Observation", "OptionError",
+           "StepResult", "Task", "TaskSynthesis", "available", "check_options", "environment_class", "make", "registry"]
 
 ENTRY_POINT_GROUP = "coevolve.envs"
 

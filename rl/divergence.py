@@ -1,9 +1,13 @@
 """The GRPO update's divergence guard: a non-finite loss or gradient norm stops the update before its
 optimizer step, non-finite weights right after one (`DivergenceError`, naming the step and the likely
-cause, derived from what the update saw: `likely_cause` blames the LoRA scale, a float16 dtype, the
-learning rate only once this update has stepped, or the weights it started from). Nothing downstream would notice otherwise: a NaN policy is checkpointed, samples garbage, and the
+cause). Nothing downstream would notice otherwise: a NaN policy is checkpointed, samples garbage, and the
 run goes on. `rl.update.grpo_update` checks each step; `stages.grpo_update.stage` turns the error into one
-paragraph and saves nothing."""
+paragraph and saves nothing.
+
+The likely cause is derived from what the update saw (`likely_cause`), so the advice changes the setting
+that diverged: non-finite rewards, an absurd LoRA scale (`train.lora_alpha`), float16 weights
+(`model.dtype`), the learning rate only once this update has stepped (`train.lr`), and before its first
+step the weights it started from (no training setting)."""
 
 from __future__ import annotations
 
@@ -48,20 +52,23 @@ def likely_cause(step: int, what: str, seen: Seen, start_finite: Callable[[], bo
     of this update was applied, so its learning rate cannot be the cause; `start_finite()` then tells whether
     the weights it started from were already non-finite."""
     if not seen.advantages_finite:
-        return Cause(None, "the rollouts' rewards hold NaN or inf, so the advantages do (the environment's score)")
+        return Cause(None, "the rollouts' rewards hold NaN or inf, so the advantages do (the environment's "
+                           "score)")
     if seen.lora_scale is not None and seen.lora_scale > MAX_LORA_SCALE:
-        return Cause("train.lora_alpha", f"the LoRA scale lora_alpha / lora_rank = {seen.lora_scale:g} multiplies "
-                                         f"the adapter's output and gradient, which overflow whatever the learning rate")
+        return Cause("train.lora_alpha",
+                     f"the LoRA scale lora_alpha / lora_rank = {seen.lora_scale:g} multiplies the adapter's "
+                     f"output and gradient, which overflow whatever the learning rate")
     if seen.dtype == "float16":  # AdamW's eps (1e-8) is 0 in float16: a weight with gradient 0 gets 0/0
-        return Cause("model.dtype", "the float16 weights: AdamW's eps (1e-8) is 0 in float16, so a weight whose "
-                                    "gradient is 0 steps by 0/0; train in float32 or bfloat16 (model.dtype)")
+        return Cause("model.dtype",
+                     "the float16 weights: AdamW's eps (1e-8) is 0 in float16, so a weight whose gradient is 0 "
+                     "steps by 0/0; train in float32 or bfloat16 (model.dtype)")
     if what == "weights" or step > 1:  # the update's own steps moved the weights too far
         return Cause("train.lr", f"the learning rate {seen.lr:g} is too high for this model")
     if not start_finite():
-        return Cause(None, "the weights this update starts from are already NaN or inf (the model it loaded, or "
-                           "an earlier update's checkpoint), not this update's learning rate")
-    return Cause(None, f"finite {seen.dtype or 'starting'} weights give a non-finite {_QUANTITY[what]} before any "
-                       f"step of this update, so not its learning rate: the model's own numbers (model.name)")
+        return Cause(None, "the weights this update starts from are already NaN or inf (the model it loaded, "
+                           "or an earlier update's checkpoint), not this update's learning rate")
+    return Cause(None, f"finite {seen.dtype or 'starting'} weights give a non-finite {_QUANTITY[what]} before "
+                       f"any step of this update, so not its learning rate: the model's own numbers (model.name)")
 
 
 class DivergenceError(RuntimeError):
