@@ -214,7 +214,7 @@ SETTINGS: tuple[Setting, ...] = (
             applies=_evolves),
     Setting("explore.follow_ups", "0", EXT, "follow-up turns asking to explore beyond the request", _is(0),
             applies=_evolves),
-    Setting("explore.allotment", "priority (kind order, then newest)", EXT,
+    Setting("explore.allotment", "none given (priority: kind order, then newest)", EXT,
             "explorations shared out otherwise", _is("priority"), applies=_evolves),
     Setting("explore.named_tool_context", "false", EXT, "the exploration context names a tool to try",
             _is(False), applies=_evolves),
