@@ -133,3 +133,31 @@ def test_the_first_reply_of_each_episode_is_prefilled_with_a_call_of_the_named_t
         later = [m["content"] for m in episode.messages if m["role"] == "assistant"][1:]
         assert not any(text.startswith(call_prefix("deposit")) for text in later)  # only the first reply
     assert sum(p.endswith(call_prefix("deposit")) for p in engine.prompts) == 2  # one per episode
+
+
+def test_the_explore_stage_points_unused_signals_at_their_tool(tmp_path, tokenizer):
+    """Rollout, signals (`unused` beside boundary, round robin) and explore through the stage runner: the
+    unused signals' explorations hold their tool's schema and start by calling it."""
+    from coevolve.pipeline.runner import run_stage
+    from coevolve.stages.bootstrap.stage import BOOTSTRAP
+    from coevolve.stages.explore.stage import EXPLORE
+    from coevolve.stages.rollout.stage import ROLLOUT
+    from coevolve.stages.signals.stage import SIGNALS
+    from tests.conftest import fake_context
+    from tests.unit.test_evolution_round import config
+
+    cfg = config("signals.kinds=[boundary, unused]", "explore.allotment=round_robin", "explore.max_explorations=4",
+                 "explore.named_tool_context=true", "explore.prefill_named_tool=true")
+    ctx = fake_context(cfg, tmp_path, tokenizer)
+    for stage in (BOOTSTRAP, ROLLOUT, SIGNALS, EXPLORE):
+        run_stage(stage, ctx, 0)
+    rows = ctx.store.read(0, "explore", "explorations").to_pylist()
+    unused = [x for x in rows if x["kind"] == "unused"]
+    assert unused and {x["kind"] for x in rows} == {"boundary", "unused"}  # neither kind starves
+    steps = ctx.store.read(0, "explore", "steps").to_pylist()
+    for x in unused:
+        context = json.loads(x["context"])
+        (tool,) = context["named_tools"]
+        assert context["named_tool_schema"]["name"] == tool and context["prefilled_tool"] == tool
+        firsts = [s for s in steps if s["trajectory_id"] in json.loads(x["trajectory_ids"]) and s["step"] == 0]
+        assert firsts and all(s["reply"].startswith(call_prefix(tool)) for s in firsts)
