@@ -5,7 +5,8 @@ splits), then the plan is printed: rounds and the rounds that evolve, where D_0 
 splits, the budget (rollout episodes, optimizer steps, evaluation episodes, an upper bound on generated
 tokens) and every setting that differs from the paper's or extends it, each labelled deviation or extension
 (`coevolve.config.paper`, the table docs/reproduce.md renders), so a GPU user knows what a match with the
-paper's numbers would mean.
+paper's numbers would mean. Last, what this machine lacks that the run needs where it runs (`flows.preflight`:
+a model, device or storage root that cannot work is refused; one that is only absent here is a warning).
 """
 
 from __future__ import annotations
