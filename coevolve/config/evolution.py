@@ -87,9 +87,9 @@ class ExploreConfig(Section):
     allotment: Literal["priority", "round_robin"] = "priority"
     """How `max_explorations` is shared among the signal kinds. `priority` (this project's rule, which the
     paper configs keep; the paper gives none): kinds in `signals.kinds` order, then newest round, so a later
-    kind gets only what the earlier ones leave. `round_robin`: Extension, not the paper's: one signal of each kind in turn (kinds in
-    `signals.kinds` order, each kind's own ranking), so that no kind starves; still one per task, and for
-    `unused` one per tool."""
+    kind gets only what the earlier ones leave. `round_robin` (extension, not the paper's): one signal of
+    each kind in turn (kinds in `signals.kinds` order, each kind's own ranking), so that no kind starves;
+    still one per task, and for `unused` one per tool."""
     named_tool_context: bool = False
     """Extension, not the paper's: when a signal names a tool (an `unused` signal, or a rare one of tool
     patterns), the exploration context holds that tool's full schema (name, description, parameters) and an

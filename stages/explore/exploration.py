@@ -229,7 +229,8 @@ class ContextEnv(EnvironmentWrapper):
         return Observation(messages=messages, tools=obs.tools)
 
 
-NAMED_LISTING_STEP = "First call {listing} (it takes no arguments) to see which values exist, then call {tool} with values it shows."
+NAMED_LISTING_STEP = ("First call {listing} (it takes no arguments) to see which values exist, then call {tool} with "
+                      "values it shows.")
 NAMED_CALL_STEP = "Call {tool} with argument values you have seen."
 
 

@@ -147,7 +147,8 @@ def _start_name(start: Path | str) -> str:
 def _teacher_key(config: CoevolveConfig, start: str, settings: WarmStart, max_distractors: int) -> str:
     """`replies` names the kinds of example; `named-tool` only with `warm_start.teacher_named_tool_examples`,
     so the keys of the starts built without it, and their shipped adapters' names, stay as they were."""
-    replies = ["abstract", "reflect", "explore"] + (["named-tool"] if config.warm_start.teacher_named_tool_examples else [])
+    named = ["named-tool"] if config.warm_start.teacher_named_tool_examples else []
+    replies = ["abstract", "reflect", "explore", *named]
     key = content_hash({"start": start, "settings": settings.key_fields(),
                         "max_distractors": max_distractors,
                         "replies": replies,
@@ -219,7 +220,8 @@ def named_tool_rows(config: CoevolveConfig, env, chat: ChatFormat, tasks: list[T
     rng, rows = random.Random(f"named-tool:{seed}"), []
     for task in tasks:
         pair = named_tool_samples(env, chat, task, trained, rng=rng)
-        rows += [((kind, task.family), row) for kind, row in zip(("reflect-named", "explore-named"), pair)]
+        if pair:
+            rows += [(("reflect-named", task.family), pair[0]), (("explore-named", task.family), pair[1])]
     return rows
 
 

@@ -72,8 +72,10 @@ def test_the_listing_of_a_tools_app_comes_from_the_offered_tools(world):
     env = make_env()
     bank = env.reset(family(world.train, "bank_balance")).tools
     assert app_listing(bank, "deposit") == "list_accounts" and app_listing(bank, "list_accounts") is None
-    spec = lambda name, required=(): {"type": "function", "function": {  # noqa: E731
-        "name": name, "description": "", "parameters": {"properties": {r: {} for r in required}, "required": list(required)}}}
+    def spec(name: str, required: tuple = ()) -> dict:
+        parameters = {"properties": {r: {} for r in required}, "required": list(required)}
+        return {"type": "function", "function": {"name": name, "description": "", "parameters": parameters}}
+
     prefixed = [spec("music__list_songs"), spec("mail__list_mails"), spec("mail__delete_mail", ["mail_id"])]
     assert app_listing(prefixed, "mail__delete_mail") == "mail__list_mails"
     assert app_listing([spec("checkout"), spec("get", ["x"])], "get") is None  # no listing: schema only

@@ -111,7 +111,8 @@ def test_unused_tools_spread_over_the_tasks_offering_them():
     """Exploration takes one signal per task: tools all pointing at one task would leave one explored."""
     tasks = [f"t{i}" for i in range(6)]
     traj = ledger(*[(t, 0, [1]) for t in tasks])
-    offered = pl.DataFrame({"task_id": [t for t in tasks for _ in range(8)], "tool": [f"g{j}" for _ in tasks for j in range(8)]})
+    offered = pl.DataFrame({"task_id": [t for t in tasks for _ in range(8)],
+                            "tool": [f"g{j}" for _ in tasks for j in range(8)]})
     out = extract_signals(traj, NO_STEPS, round=0, kinds=["unused"], offered=offered)
     assert out.height == 8 and out["task_id"].n_unique() > 2
 
