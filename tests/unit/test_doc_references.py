@@ -1,4 +1,4 @@
-"""Every document a committed file cites by path (`docs/....md`) is in the repository: a reader who follows
+"""Every document a committed file cites by path (a `docs/` page) is in the repository: a reader who follows
 a citation finds the page, and no code relies on a document outside the project."""
 
 from __future__ import annotations
