@@ -5,7 +5,8 @@ Two outcomes, kept apart so that a config written for another machine still dry-
 - **refused** (`ConfigError`, one line naming the field): something present here but wrong, or a name this
   machine can never satisfy: a model directory that holds no model (`model.name=/etc`), a device index
   this machine does not have (`model.device=cuda:7`), a hub model that is not cached while
-  `HF_HUB_OFFLINE` forbids the download, a storage root that cannot be written.
+  `HF_HUB_OFFLINE` forbids the download, an accelerate config that is not there, a storage root that cannot
+  be written.
 - **warned** (a line the dry run prints; it still passes): something not here that a run on the machine
   it is meant for would have: a hub model not in this machine's cache (the run downloads it), CUDA on a
   machine without a GPU, a loopback server (policy, teacher) that is not up yet.
@@ -43,9 +44,22 @@ def preflight(config: CoevolveConfig, root: Path | None = None) -> list[str]:
         warnings += check_server("teacher.base_url", teacher.base_url)
     for i, url in enumerate(config.model.servers):
         warnings += check_server(f"model.servers[{i}]", url)
+    if config.train.accelerate_config:
+        check_launcher(config.train.accelerate_config)
     if root is not None:
         check_writable(root)
     return warnings
+
+
+def check_launcher(name: str) -> None:
+    """The accelerate config of a launched update is a file, here or among the packaged configs."""
+    from coevolve.config import find_config
+
+    try:
+        find_config(name)
+    except ConfigError:
+        raise ConfigError(f"train.accelerate_config: no accelerate config file at {name!r} (here or among the "
+                          f"packaged configs/accelerate/)") from None  # fmt: skip
 
 
 def check_weights(field: str, name: str, *, tokenizer_only: bool = False) -> list[str]:

@@ -95,6 +95,12 @@ def test_a_hub_model_not_cached_here_is_a_warning_unless_the_hub_is_off(tmp_path
     assert "HF_HUB_OFFLINE is set" in line
 
 
+def test_an_accelerate_config_that_is_not_there_is_refused(tmp_path):
+    line = _refused(_dry_run(tmp_path, "train.accelerate_config=no-such-launcher.yaml"), "train.accelerate_config")
+    assert "no-such-launcher.yaml" in line
+    assert _dry_run(tmp_path, "train.accelerate_config=configs/accelerate/two-processes.yaml").exit_code == 0
+
+
 def test_a_storage_root_that_cannot_be_written_is_refused(tmp_path):
     (tmp_path / "a-file").write_text("")
     line = _refused(_dry_run(tmp_path, root=tmp_path / "a-file" / "runs"), "storage root")
