@@ -77,7 +77,7 @@ def measure(config: Any, teacher: Any, policy: Any, *, variant: str, worlds: int
     for round_ in range(rounds):
         aims = build_aims(make_env, validation, config.gap_families, per_tool=worlds, named=variant != "control",
                           seed=round_, round_=round_)  # fmt: skip
-        rows += measure_round(teacher, policy, config, make_env, aims, named=variant != "control", round_=round_,
+        rows += measure_round(teacher, policy, config, make_env, aims, round_=round_,
                               held_out=held_out)  # fmt: skip
     return rows
 
@@ -160,7 +160,11 @@ def main(argv: Sequence[str] | None = None, doc: str | None = None) -> None:
     from coevolve.benchmarks.explore_yield.record import write_record
 
     out = args.out or results_dir() / "explore-yield" / f"{args.teacher}-{args.variant}"
-    note = args.note or f"{len(rows)} explorations in {time.perf_counter() - clock:.0f} s"
+    note = (
+        f"{len(rows)} explorations ({args.worlds} validation worlds per gap tool, {args.rounds} round(s)) in "
+        f"{time.perf_counter() - clock:.0f} s; teacher {config.teacher.model}, policy {config.model.name}"
+        + (f"; {args.note}" if args.note else "")
+    )
     row = write_record(rows, list(config.gap_families), teacher=args.teacher, variant=args.variant,
                        command=command, out=out, note=note, commit=commit)  # fmt: skip
     print((out / "report.md").read_text())

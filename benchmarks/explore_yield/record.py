@@ -75,6 +75,8 @@ def render(rows: Sequence[dict], families: Sequence[str], *, teacher: str, varia
         f"# explore-yield: teacher `{teacher}`, variant `{variant}`", "",
         f"    {command}", "",
         f"Threshold, written down before the run: {THRESHOLD}.", "",
+        f"A round explores each gap tool on validation worlds ({len(rows)} explorations over "
+        f"{len(counts['rounds'])} round(s)); a candidate passes when its verdict is one `merge.admit` keeps.", "",
         f"**Threshold {'met' if met else 'not met'}.**", *[f"- {line}" for line in failed], "",
         "| figure | value | 95 % Wilson interval |", "|---|---|---|", *table, "",
         "| gap family | tool | explorations | called it | candidates calling it | admitted of those | "

@@ -10,7 +10,6 @@ exploration rows (`links.exploration_row`) are the result.
 
 from __future__ import annotations
 
-import inspect
 import json
 import sys
 import time
@@ -25,35 +24,20 @@ from coevolve.config import CoevolveConfig
 from coevolve.core import round_seed
 from coevolve.envs.base import Environment, Task
 from coevolve.stages.abstract.abstraction import abstract_groups, build_groups, single_call_groups
-from coevolve.stages.explore.exploration import exploration_artifacts, explore, explored_tasks
+from coevolve.stages.explore.exploration import Target, exploration_artifacts, explore, explored_tasks
+from coevolve.stages.explore.named_tool import signal_tool
 from coevolve.stages.triples.grouping import build_triples
 from coevolve.stages.verify.stage import settings_of
 from coevolve.stages.verify.verification import exploration_lineage, sibling_duplicates, verify_candidates
 
 RUN = "explore-yield"
 """The run name the benchmark's ids and seeds are derived from (nothing is stored under it)."""
-NAMED_TOOL_OPTIONS = ("named_tool_context", "prefill_named_tool")
-"""`explore` settings that act on the tool a signal names, passed on where the explorer takes them."""
 
 
-def explore_options(config: CoevolveConfig) -> dict[str, Any]:
-    """The `explore` section's named-tool settings that `explore` accepts (none before it knows them)."""
-    accepted = inspect.signature(explore).parameters
-    return {name: getattr(config.explore, name) for name in NAMED_TOOL_OPTIONS
-            if name in accepted and hasattr(config.explore, name)}  # fmt: skip
-
-
-def with_named_tools(aims: Sequence[Aim], named: bool) -> list:
-    """The aims' targets, each naming its gap tool where the explorer's `Target` has a field for it and the
-    signal names one (`named`)."""
-    from dataclasses import fields
-
-    from coevolve.stages.explore.exploration import Target
-
-    field = next((f.name for f in fields(Target) if f.name in ("tool", "named_tool")), None)
-    if field is None or not named:
-        return [aim.target for aim in aims]
-    return [replace(aim.target, **{field: aim.tool}) for aim in aims]
+def named_targets(aims: Sequence[Aim]) -> list[Target]:
+    """The aims' targets, each with the tool its signal names as the explore stage gives it (`signal_tool`:
+    an `unused` signal's tool; none for the control's)."""
+    return [replace(aim.target, named_tool=signal_tool(aim.target.kind, aim.target.evidence)) for aim in aims]
 
 
 def say(line: str) -> None:
@@ -62,16 +46,17 @@ def say(line: str) -> None:
 
 
 def measure_round(teacher: Any, policy: Any, config: CoevolveConfig, make_env: Callable[[], Environment],
-                  aims: Sequence[Aim], *, named: bool, round_: int = 0,
+                  aims: Sequence[Aim], *, round_: int = 0,
                   held_out: Sequence[Task] = ()) -> list[dict]:  # fmt: skip
-    """Exploration rows of one round over `aims` (`named`: the signals name their tool). `policy` (engine,
+    """Exploration rows of one round over `aims`. `policy` (engine,
     chat, version) makes verification's attempts; `held_out`: the tasks the contamination guard keeps out."""
     cfg, seed = config, config.run.seed
-    targets = with_named_tools(aims, named)
+    targets = named_targets(aims)
     say(f"round {round_}: {len(targets)} explorations")
     explorations = explore(teacher, make_env, targets, rounds=cfg.explore.rounds, steps=cfg.explore.steps,
                            seed=round_seed(seed, round_, "explore"), follow_ups=cfg.explore.follow_ups,
-                           **explore_options(config))  # fmt: skip
+                           named_tool_context=cfg.explore.named_tool_context,
+                           prefill_named_tool=cfg.explore.prefill_named_tool)  # fmt: skip
     artifacts = exploration_artifacts(explorations, run=RUN, round_=round_, teacher=teacher.version)
     triples = build_triples(make_env, artifacts["explorations"], artifacts["steps"])
     say(f"round {round_}: {sum(t['ok'] for t in triples)} successful calls of {len(triples)}; abstracting")
@@ -96,9 +81,10 @@ def measure_round(teacher: Any, policy: Any, config: CoevolveConfig, make_env: C
     for step in artifacts["steps"]:
         steps_of.setdefault(step["trajectory_id"], []).append(step)
     rows = []
-    for aim, x in zip(aims, artifacts["explorations"], strict=True):
+    for aim, target, x in zip(aims, targets, artifacts["explorations"], strict=True):
         steps = [s for tid in json.loads(x["trajectory_ids"]) for s in steps_of.get(tid, [])]
         mine = [c for c in candidates if c["exploration_id"] == x["exploration_id"]]
-        rows.append(exploration_row(aim, round_=round_, named=named, exploration=x, steps=steps,
-                                    candidates=mine, verdicts=verdicts, admit=config.merge.admit))  # fmt: skip
+        named = target.named_tool is not None
+        rows.append(exploration_row(aim, round_=round_, named=named, exploration=x, steps=steps, candidates=mine,
+                                    verdicts=verdicts, admit=config.merge.admit))  # fmt: skip
     return rows

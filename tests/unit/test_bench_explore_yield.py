@@ -100,7 +100,7 @@ def test_a_round_counts_the_explorations_that_call_their_tool_and_the_verdicts_o
         update={"solution": [[ToolCall(name="get_contact", arguments={"name": name})]]}
     )
     teacher = ScriptedTeacher(tokenizer, [scripted])
-    rows = measure_round(teacher, teacher, config, make_env, aims, named=True)
+    rows = measure_round(teacher, teacher, config, make_env, aims)
 
     by_tool = {row["gap_tool"]: row for row in rows}
     assert (
@@ -130,3 +130,17 @@ def test_a_round_counts_the_explorations_that_call_their_tool_and_the_verdicts_o
     assert called["value"] == 50.0 and called["interval"] == [9.45312, 90.5469]
     page = (tmp_path / "out" / "report.md").read_text()
     assert "**Threshold not met.**" in page and "(c) deposit_funds: [0] admitted tasks by round" in page
+
+
+def test_the_named_tool_reaches_the_context_only_when_the_signal_names_it(coverage, tokenizer):
+    config, make_env, validation = coverage
+    config = config.model_copy(update={"explore": config.explore.model_copy(update={"named_tool_context": True})})
+    teacher = ScriptedTeacher(tokenizer, [])
+    named = measure_round(teacher, teacher, config, make_env,
+                          build_aims(make_env, validation, config.gap_families, per_tool=1, named=True))  # fmt: skip
+    control = measure_round(teacher, teacher, config, make_env,
+                            build_aims(make_env, validation, config.gap_families, per_tool=1, named=False))  # fmt: skip
+    for row in named:
+        assert row["named_tool"] == row["gap_tool"] and row["gap_tool"] in row["tools_in_context"]
+    for row in control:
+        assert row["named_tool"] is None and row["gap_tool"] not in row["tools_in_context"]
