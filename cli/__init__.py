@@ -107,13 +107,15 @@ def run(
 
 def _print_finished(ctx, rounds: int) -> None:
     from coevolve.flows.summary import round_line, run_metrics
-    from coevolve.flows.tracking import track_rounds
+    from coevolve.flows.tracking import save_tracking_choice, track_rounds
     from coevolve.stages.plan import round_plan
 
     rows = run_metrics(ctx.store, rounds)
     for row in rows:
         typer.echo(round_line(row, [stage.name for stage in round_plan(ctx.config, row["round"])], computed=[]))
-    track_rounds(ctx.config, ctx.store.layout, rows)  # rounds finished before tracking was on
+    if save_tracking_choice(ctx.spec, ctx.store.layout):  # the flow saves the whole config; nothing ran here
+        typer.echo(f"note: tracking.report_to saved into {ctx.store.layout.config_path}; later runs keep it")
+    track_rounds(ctx.config, ctx.store.layout, rows, spec=ctx.spec)  # rounds finished before tracking was on
     _print_where(str(ctx.store.layout.root), ctx.run)
 
 

@@ -103,7 +103,7 @@ def run_rounds(ctx: RunContext, rounds: int, *, force: bool = False) -> list[Rou
         announce(round_line(metrics, reports[-1].cached(), computed), quiet=ctx.quiet)
         if len(reports[-1].cached()) < len(records):
             publish_round(ctx.store, round_)
-        track_rounds(ctx.config, ctx.store.layout, [metrics])
+        track_rounds(ctx.config, ctx.store.layout, [metrics], spec=ctx.spec)
     refresh_catalog(ctx)
     return reports
 

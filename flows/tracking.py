@@ -3,13 +3,16 @@
     tracking:
       report_to: [tensorboard]      # or trackio, wandb, all; pip install 'coevolve[tensorboard]'
 
-Two step axes, as a TRL user reads them:
-- per optimizer step, the step a global optimizer step count across rounds (`train/global_step`): the
-  update's `train/loss`, `train/grad_norm`, `train/learning_rate`, `train/clip_ratio`, `train/kl`,
-  `train/entropy`, `train/completion_length` (`rl.update_metrics`, from the grpo_update manifest);
-- per round, the step the round: `train/success`, `train/reward`, `train/frac_groups_with_signal`,
-  `eval/<split>/success` and the evolution's counts `evolution/*` (`flows.summary.round_metrics`).
-The run's hparams (model, train, rollout) go once per run (`flows.tracking_writers` says how per tracker). A round is logged once,
+One step axis, TRL's global step (`train/global_step`: optimizer steps across rounds, the first is 1):
+- per optimizer step, the update's `train/loss`, `train/grad_norm`, `train/learning_rate`,
+  `train/clip_ratio`, `train/kl`, `train/entropy`, `train/completion_length` (`rl.update_metrics`, from
+  the grpo_update manifest);
+- per round, at the round's last optimizer step (as TRL logs an epoch's figures at the step that ends it):
+  `train/round`, `train/success`, `train/reward`, `train/frac_groups_with_signal`, `eval/<split>/success`
+  and the evolution's counts `evolution/*` (`flows.summary.round_metrics`).
+The run's whole config, as written (`model.name` the configured model; a warm start's checkpoint is
+`model.warm_start`), goes once per run as hparams with the metrics the HParams tab shows beside them
+(`flows.tracking_writers` says how per tracker). A round is logged once,
 the first time it completes (`tracking/logged.json` names the rounds each tracker has): a cached re-run adds
 no points, and turning tracking on for an existing run logs its earlier rounds. The writers and where each
 tracker keeps its files: `flows.tracking_writers`; the names and why: docs/tracking.md.
@@ -31,7 +34,10 @@ from coevolve.storage.store import RunStore
 LEDGER = "logged.json"
 EXTRAS = {tracker: (tracker, f"coevolve[{tracker}]") for tracker in WRITERS}  # tracker -> (import, extra)
 STEP_AXIS = "train/global_step"
-ROUND_AXIS = "round"
+ROUND_TAG = "train/round"  # which round a step's per-round figures belong to (TRL's `epoch`)
+HPARAM_METRICS = ("train/reward", "train/success", "train/frac_groups_with_signal", "train/loss", "train/kl",
+                  "evolution/dataset_size")  # fmt: skip
+"""The figures the HParams tab shows beside each run's hparams (and `eval/<split>/success` of its eval splits)."""
 STEP_TAGS = {  # rl.update_metrics.step_record name -> tag (TRL's names; clip sides as TRL's clip_ratio/*)
     "loss": "train/loss", "grad_norm": "train/grad_norm", "learning_rate": "train/learning_rate",
     "clip_ratio": "train/clip_ratio", "clip_ratio_low": "train/clip_ratio/low_mean",
@@ -70,9 +76,12 @@ def tracking_dir(layout: RunLayout) -> Path:
     return layout.run_dir / "tracking"
 
 
-def track_rounds(config: CoevolveConfig, layout: RunLayout, rows: list[dict[str, Any]]) -> dict[str, list[int]]:
+def track_rounds(
+    config: CoevolveConfig, layout: RunLayout, rows: list[dict[str, Any]], *, spec: CoevolveConfig | None = None,
+) -> dict[str, list[int]]:
     """Send each `round_metrics` row, and its update's optimizer steps, that a configured tracker has not
-    logged yet; returns the rounds written per tracker."""
+    logged yet; returns the rounds written per tracker. `config` is the run's with its warm starts named,
+    `spec` the config as written (the run context's `spec`; default `config`): the hparams are the spec's."""
     names = trackers(config)
     if not names:
         return {}
@@ -86,22 +95,47 @@ def track_rounds(config: CoevolveConfig, layout: RunLayout, rows: list[dict[str,
         new = [row for row in rows if row["round"] not in done]
         if new:
             points = [p for row in new for p in round_points(steps, row)]
-            WRITERS[tracker](tracking_dir(layout) / tracker, layout.run, points, run_hparams(config))
+            WRITERS[tracker](tracking_dir(layout) / tracker, layout.run, points, run_hparams(config, spec),
+                             hparam_metrics(config))
             ledger[tracker] = sorted(done | {row["round"] for row in new})
             write_text_atomic(json.dumps(ledger, indent=1) + "\n", ledger_path)  # after the points: at least once
         written[tracker] = [row["round"] for row in new]
     return written
 
 
+def save_tracking_choice(spec: CoevolveConfig, layout: RunLayout) -> bool:
+    """Write `spec`'s `tracking` section into the run's saved config when it differs there, so a later
+    `coevolve run --run NAME` keeps tracking without `--set` again; no stage reads it, so this recomputes
+    nothing. True when the file changed."""
+    import yaml
+
+    from coevolve.flows.runs import saved_config_data
+
+    if not layout.config_path.is_file():
+        return False
+    data = saved_config_data(layout)
+    choice = spec.tracking.model_dump(mode="json")
+    if data.get("tracking") == choice:
+        return False
+    write_text_atomic(yaml.safe_dump({**data, "tracking": choice}, sort_keys=False), layout.config_path)
+    return True
+
+
 def round_points(steps: dict[int, list[dict[str, float]]], row: dict[str, Any]) -> list[Point]:
-    """The round's optimizer steps (global step axis; `steps`: each round's `update_steps` up to this one),
-    then the round's own metrics (round axis)."""
+    """The round's optimizer steps on the global step axis (`steps`: each round's `update_steps` up to this
+    one), the round's own metrics joined to its last step (a round that took no step: at the run's last
+    step so far, 0 before any)."""
     round_ = row["round"]
     first = sum(len(steps[r]) for r in range(round_))  # optimizer steps before this round
     points = [Point(STEP_AXIS, first + i + 1, {STEP_TAGS[k]: float(v) for k, v in step.items() if k in STEP_TAGS})
               for i, step in enumerate(steps[round_])]  # fmt: skip
     values = {tag: float(row[key]) for key, tag in round_tags(row).items() if _number(row[key])}
-    return [*points, Point(ROUND_AXIS, round_, values)] if values else points
+    if not values:
+        return points
+    values = {ROUND_TAG: float(round_), **values}
+    if points:
+        return [*points[:-1], Point(STEP_AXIS, points[-1].step, {**points[-1].values, **values})]
+    return [Point(STEP_AXIS, first, values)]
 
 
 def round_tags(row: dict[str, Any]) -> dict[str, str]:
@@ -118,13 +152,32 @@ def update_steps(store: RunStore, round_: int) -> list[dict[str, float]]:
     return list(manifest.outputs.get("steps", [])) if manifest is not None else []
 
 
-def run_hparams(config: CoevolveConfig) -> dict[str, Any]:
-    """The run's essentials as flat `section.field` hparams: model, environment, train and rollout."""
-    out: dict[str, Any] = {"model.name": config.model.name, "env.name": config.env.name}
-    for section in ("train", "rollout"):
-        for key, value in getattr(config, section).model_dump(mode="json").items():
-            if isinstance(value, bool | int | float | str):
-                out[f"{section}.{key}"] = value
+def run_hparams(config: CoevolveConfig, spec: CoevolveConfig | None = None) -> dict[str, Any]:
+    """The whole config as written (`spec`, default `config`) as flat `section.field` hparams (a list or an
+    unset value as JSON text); where a warm start replaced the model or the teacher (`config`'s names
+    differ), its checkpoint as `model.warm_start` / `teacher.warm_start`."""
+    spec = spec or config
+    out = _flat(spec.model_dump(mode="json"))
+    if config.model.name != spec.model.name:
+        out["model.warm_start"] = config.model.name
+    teacher_model = getattr(config.teacher, "model", None)
+    if teacher_model != getattr(spec.teacher, "model", None) and teacher_model is not None:
+        out["teacher.warm_start"] = teacher_model
+    return out
+
+
+def hparam_metrics(config: CoevolveConfig) -> tuple[str, ...]:
+    """The tags the HParams tab shows per run: `HPARAM_METRICS` and each eval split's success."""
+    return (*HPARAM_METRICS, *(f"eval/{split}/success" for split in config.eval.splits))
+
+
+def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value if isinstance(value, bool | int | float | str) else json.dumps(value)
     return out
 
 

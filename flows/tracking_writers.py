@@ -1,13 +1,14 @@
 """Tracker writers for `flows.tracking`: each takes points (an axis, a step, tag -> value) and the run's
 hparams and writes them offline, its package imported only when it writes.
 
-- tensorboard: event files in `run=<run>/tracking/tensorboard/`; each tag on its own axis (the step is the
-  point's step); the hparams once per folder, in the HParams tab and as a `hparams` text table.
+- tensorboard: event files in `run=<run>/tracking/tensorboard/`; every tag's step is the global step; the
+  hparams once per folder, in the HParams tab (with the run's metrics beside them) and as a `hparams` text
+  table.
 - trackio: project `coevolve`, run `<run>`, in trackio's own store (`TRACKIO_DIR`, default
   `~/.cache/huggingface/trackio`; trackio fixes it at import, so it cannot be the run's folder); the
   run is resumed on each call, its config the hparams. Read it with `trackio show --project coevolve`.
 - wandb: `WANDB_MODE` (default `offline`) runs under `run=<run>/tracking/wandb/`; the axes are W&B step
-  metrics (`train/global_step`, `round`). W&B cannot resume an offline run, so each call (each round of a
+  metric `train/global_step`. W&B cannot resume an offline run, so each call (each round of a
   flow) is its own W&B run in group `<run>`: `wandb sync` them, then group by `Group`.
 """
 
@@ -27,7 +28,7 @@ PROJECT = "coevolve"
 
 @dataclass(frozen=True)
 class Point:
-    """Values logged at one step of one axis (`train/global_step` or `round`)."""
+    """Values logged at one step of an axis (`train/global_step`)."""
 
     axis: str
     step: int
@@ -38,15 +39,17 @@ def hparams_table(hparams: dict[str, Any]) -> str:
     return "\n".join(["| hparam | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in hparams.items())])
 
 
-def write_tensorboard(folder: Path, run: str, points: list[Point], hparams: dict[str, Any]) -> None:
-    """Scalars in a new event file of `folder`; the hparams too when the folder has no event file yet."""
+def write_tensorboard(folder: Path, run: str, points: list[Point], hparams: dict[str, Any],
+                      metrics: tuple[str, ...] = ()) -> None:
+    """Scalars in a new event file of `folder`; the hparams too when the folder has no event file yet, with
+    `metrics` (scalar tags) as the HParams tab's metric columns."""
     from torch.utils.tensorboard import SummaryWriter
     from torch.utils.tensorboard.summary import hparams as hparams_summaries
 
     first = not any(folder.glob("events.out.tfevents.*"))
     with SummaryWriter(log_dir=str(folder)) as writer:
         if first:
-            for summary in hparams_summaries(hparams, {}):
+            for summary in hparams_summaries(hparams, dict.fromkeys(metrics, 0.0)):
                 writer.file_writer.add_summary(summary)
             writer.add_text("hparams", hparams_table(hparams))
         now = time.time()
@@ -55,7 +58,8 @@ def write_tensorboard(folder: Path, run: str, points: list[Point], hparams: dict
                 writer.add_scalar(tag, value, global_step=point.step, walltime=now)
 
 
-def write_trackio(folder: Path, run: str, points: list[Point], hparams: dict[str, Any]) -> None:
+def write_trackio(folder: Path, run: str, points: list[Point], hparams: dict[str, Any],
+                  metrics: tuple[str, ...] = ()) -> None:
     """Points of run `run` in trackio project `coevolve` (trackio's store, not `folder`), the axis value
     beside each point's values."""
     import trackio
@@ -68,7 +72,8 @@ def write_trackio(folder: Path, run: str, points: list[Point], hparams: dict[str
         trackio.finish()
 
 
-def write_wandb(folder: Path, run: str, points: list[Point], hparams: dict[str, Any]) -> None:
+def write_wandb(folder: Path, run: str, points: list[Point], hparams: dict[str, Any],
+                metrics: tuple[str, ...] = ()) -> None:
     """One W&B run (offline unless `WANDB_MODE` says otherwise) under `folder`, in group `run`; each tag's
     step metric is its point's axis."""
     import wandb
@@ -88,5 +93,6 @@ def write_wandb(folder: Path, run: str, points: list[Point], hparams: dict[str, 
         wb.finish()
 
 
-Writer = Callable[[Path, str, list[Point], dict[str, Any]], None]
+Writer = Callable[[Path, str, list[Point], dict[str, Any], tuple[str, ...]], None]
+"""(folder, run, points, hparams, the metrics to show beside the hparams where the tracker has such a view)."""
 WRITERS: dict[str, Writer] = {"tensorboard": write_tensorboard, "trackio": write_trackio, "wandb": write_wandb}

@@ -1,6 +1,7 @@
 """Experiment tracking in the real loop: test-tiny.yaml through the Prefect flow with
 `tracking.report_to: [tensorboard]`; the event files under the run's folder hold exactly the values of
-`flows.summary.round_metrics` under their tags, one point per round: a finished run gets its rounds when
+`flows.summary.round_metrics` under their tags, one point per round at the round's last optimizer step
+(TRL's global step): a finished run gets its rounds when
 tracking is turned on (also through the CLI's all-cached path, which starts no flow), a continued run its
 new ones, a cached re-run none. An evolving run's real updates reach it per optimizer step, on a global step
 axis across rounds."""
@@ -26,7 +27,7 @@ def test_round_metrics_reach_tensorboard_once_per_round(tmp_path, monkeypatch, p
     from coevolve.cli import app
     from coevolve.flows.coevolve import coevolve
     from coevolve.flows.summary import run_metrics
-    from coevolve.flows.tracking import round_tags
+    from coevolve.flows.tracking import ROUND_TAG, round_tags, update_steps
     from coevolve.storage.layout import RunLayout
     from coevolve.storage.store import RunStore
 
@@ -47,17 +48,20 @@ def test_round_metrics_reach_tensorboard_once_per_round(tmp_path, monkeypatch, p
     coevolve(config, run="tracked", rounds=2, overrides=[*SMALL, TRACKING])  # the same again, all cached
     lines = [line for line in cached_cli_run(2).splitlines() if line.startswith("round ")]
 
-    expected = run_metrics(RunStore(RunLayout(tmp_path, "tracked")), 2)
+    store = RunStore(RunLayout(tmp_path, "tracked"))
+    expected = run_metrics(store, 2)
     logged = logged_scalars(folder)
     tags = {tag for row in expected for key, tag in round_tags(row).items() if row[key] is not None}
     assert {"train/success", "train/reward", "evolution/dataset_size", "eval/test/success"} <= tags
-    assert set(logged) - STEP_TAGS == tags
+    assert set(logged) - STEP_TAGS == tags | {ROUND_TAG}
+    last_step = [len(update_steps(store, 0)), len(update_steps(store, 0)) + len(update_steps(store, 1))]
     for row, line in zip(expected, lines, strict=True):  # test-tiny's 2 rollouts of 1 task: rarely a signal
         assert ("warning: no group with signal" in line) == (row["groups_with_signal"] == 0), line
-    for row in expected:
-        for key, tag in round_tags(row).items():
-            if row[key] is not None:  # once per round, at the round
-                assert [v for step, v in logged[tag] if step == row["round"]] == pytest.approx([row[key]]), tag
+    for tag in tags:  # once per round, at the round's last optimizer step, in round order
+        want = [(last_step[row["round"]], row[key]) for row in expected for key, t in round_tags(row).items()
+                if t == tag and row[key] is not None]  # fmt: skip
+        assert [step for step, _ in logged[tag]] == [step for step, _ in want], tag
+        assert [v for _, v in logged[tag]] == pytest.approx([v for _, v in want]), tag
 
 
 def test_an_evolving_runs_updates_reach_tensorboard_per_optimizer_step(evolved_run, tmp_path):

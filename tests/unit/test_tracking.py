@@ -1,5 +1,7 @@
 """Experiment tracking (`flows.tracking`): `tracking.report_to` parsing (`all`, one line for an unknown or
-missing tracker), TRL's names on two axes (optimizer steps across rounds, rounds), the hparams once, and each
+missing tracker), TRL's names on TRL's global step (per-round figures at the round's last optimizer step),
+the whole config as hparams once with the metrics the HParams tab shows, the tracking choice kept by the
+run's saved config, and each
 tracker's files read back with the tracker's own reader: TensorBoard's EventAccumulator, trackio's SQLite
 store, W&B's offline transaction log. The round line warns when an update had no group with signal."""
 
@@ -118,15 +120,38 @@ def test_optimizer_steps_and_rounds_reach_tensorboard_under_trl_names(tmp_path):
     assert track(layout, 2) == {"tensorboard": []}  # a cached re-run
     assert track(layout, 3) == {"tensorboard": [2]}  # a continued run: the global step goes on
     logged = logged_scalars(tmp_path / "run=r" / "tracking" / "tensorboard")
-    assert set(logged) == STEP_TAGS | {"train/success", "train/reward", "train/frac_groups_with_signal",
+    assert set(logged) == STEP_TAGS | {"train/round", "train/success", "train/reward", "train/frac_groups_with_signal",
                                        "eval/test/success"} | {f"evolution/{n}" for n in EVOLUTION}  # fmt: skip
     assert logged["train/loss"] == [(1, 0.5), (2, 0.25), (3, 0.125)]  # round 1 took no step
     assert logged["train/learning_rate"] == [(s, pytest.approx(1e-5)) for s in (1, 2, 3)]
     assert logged["train/clip_ratio/low_mean"][0] == (1, pytest.approx(0.04))
-    assert logged["train/frac_groups_with_signal"] == [(0, 0.5), (1, 0.0), (2, 0.5)]  # per round
-    assert logged["eval/test/success"] == [(0, 0.5), (1, 0.625), (2, 0.75)]
-    assert logged["train/success"] == [(0, 0.0), (1, 0.25), (2, 0.5)]
-    assert logged["evolution/dataset_size"] == [(0, 40), (1, 41), (2, 42)]
+    # per-round figures on the same global step, at the round's last optimizer step (round 1: none of its own)
+    assert logged["train/round"] == [(2, 0), (2, 1), (3, 2)]
+    assert logged["train/frac_groups_with_signal"] == [(2, 0.5), (2, 0.0), (3, 0.5)]
+    assert logged["eval/test/success"] == [(2, 0.5), (2, 0.625), (3, 0.75)]
+    assert logged["train/success"] == [(2, 0.0), (2, 0.25), (3, 0.5)]
+    assert logged["evolution/dataset_size"] == [(2, 40), (2, 41), (3, 42)]
+
+
+def test_a_run_without_optimizer_steps_logs_its_rounds_at_step_zero(tmp_path):
+    from coevolve.flows.tracking import round_points
+
+    (point,) = round_points({0: []}, {"round": 0, "train_success": 0.5})
+    assert (point.axis, point.step, point.values) == ("train/global_step", 0, {"train/round": 0.0, "train/success": 0.5})
+
+
+def logged_hparam_metrics(folder) -> list[str]:
+    """The metric columns of the HParams tab (the experiment's metric infos) in the event files of `folder`."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+
+    for path in sorted(Path(folder).glob("events.out.tfevents.*")):
+        for event in EventFileLoader(str(path)).Load():
+            for value in event.summary.value:
+                if value.tag == "_hparams_/experiment":
+                    experiment = HParamsPluginData.FromString(value.metadata.plugin_data.content).experiment
+                    return [m.name.tag for m in experiment.metric_infos]
+    return []
 
 
 def test_hparams_are_logged_once_per_run(tmp_path):
@@ -137,6 +162,43 @@ def test_hparams_are_logged_once_per_run(tmp_path):
     defaults = parse_config({}, source="t")
     assert hparams["train.lr"] == pytest.approx(defaults.train.lr) and hparams["rollout.k"] == defaults.rollout.k
     assert hparams["model.name"] == defaults.model.name and hparams["train.loss_normalization"] == "batch_tokens"
+
+
+def test_hparams_hold_every_section_and_the_hparams_tab_has_metrics(tmp_path):
+    from coevolve.flows.tracking import track_rounds
+
+    cfg = parse_config({}, source="t", overrides=[*TENSORBOARD, "explore.rounds=3", "evolve.every=1"])
+    track_rounds(cfg, tracked_run(tmp_path), run_metrics(RunStore(RunLayout(tmp_path, "r")), 3))
+    folder = tmp_path / "run=r" / "tracking" / "tensorboard"
+    (hparams,) = logged_hparams(folder)
+    assert hparams["explore.rounds"] == 3 and hparams["evolve.every"] == 1  # a fork's explore.rounds shows
+    assert {key.split(".")[0] for key in hparams} >= {"run", "model", "env", "rollout", "train", "eval", "evolve",
+                                                      "signals", "explore", "abstract", "verify", "merge"}  # fmt: skip
+    assert {"train/reward", "train/success", "train/loss", "eval/test/success"} <= set(logged_hparam_metrics(folder))
+
+
+def test_a_warm_started_model_is_named_by_its_config_name_and_its_start_is_its_own_hparam():
+    from coevolve.flows.tracking import run_hparams
+
+    spec = parse_config({}, source="t")
+    named = spec.model_copy(update={"model": spec.model.model_copy(update={"name": "warm-start/7007e999632e"})})
+    hparams = run_hparams(named, spec)
+    assert hparams["model.name"] == spec.model.name
+    assert hparams["model.warm_start"] == "warm-start/7007e999632e"
+    assert "model.warm_start" not in run_hparams(spec, spec)
+
+
+def test_the_tracking_choice_is_saved_with_the_run(tmp_path):
+    from coevolve.flows.runs import resolve_run
+    from coevolve.flows.tracking import save_tracking_choice
+
+    layout = RunLayout(tmp_path, "r")
+    layout.config_path.parent.mkdir(parents=True)
+    layout.config_path.write_text(parse_config({}, source="t").to_yaml())
+    chosen = resolve_run(None, "r", TENSORBOARD, root=tmp_path)  # `coevolve run --run r --more 0 --set ...`
+    assert save_tracking_choice(chosen.config, layout)
+    assert resolve_run(None, "r", [], root=tmp_path).config.tracking.report_to == ("tensorboard",)  # no --set
+    assert not save_tracking_choice(chosen.config, layout)  # already saved: the file is left alone
 
 
 def test_no_tracker_writes_nothing(tmp_path):
@@ -191,8 +253,8 @@ def test_trackio_gets_the_steps_rounds_and_hparams(tmp_path):
     read = json.loads(done.stdout.strip().splitlines()[-1])
     losses = [(log["step"], log["train/loss"]) for log in read["logs"] if "train/loss" in log]
     assert losses == [(1, 0.5), (2, 0.25), (3, 0.125)]
-    assert [(log["round"], log["eval/test/success"]) for log in read["logs"] if "eval/test/success" in log] == [
-        (0, 0.5), (1, 0.625), (2, 0.75)]  # fmt: skip
+    assert [(log["step"], log["eval/test/success"]) for log in read["logs"] if "eval/test/success" in log] == [
+        (2, 0.5), (2, 0.625), (3, 0.75)]  # fmt: skip
     assert read["config"]["train.lr"] == pytest.approx(parse_config({}, source="t").train.lr)
     assert not list(tmp_path.glob("run=r/tracking/trackio"))  # trackio's own store, not the run's folder
 
@@ -228,10 +290,10 @@ def test_wandb_offline_gets_the_steps_rounds_and_hparams(tmp_path, monkeypatch):
     history = [{i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item} for r in records if r.HasField("history")]
     assert [(h["train/global_step"], h["train/loss"]) for h in history if "train/loss" in h] == [
         (1, 0.5), (2, 0.25), (3, 0.125)]  # fmt: skip
-    assert [(h["round"], h["eval/test/success"]) for h in history if "eval/test/success" in h] == [
-        (0, 0.5), (1, 0.625), (2, 0.75)]  # fmt: skip
+    assert [(h["train/global_step"], h["eval/test/success"]) for h in history if "eval/test/success" in h] == [
+        (2, 0.5), (2, 0.625), (3, 0.75)]  # fmt: skip
     axes = {r.metric.name: r.metric.step_metric for r in records if r.HasField("metric")}
-    assert axes["train/loss"] == "train/global_step" and axes["eval/test/success"] == "round"
+    assert axes["train/loss"] == "train/global_step" and axes["eval/test/success"] == "train/global_step"
     (run,) = [r.run for r in records if r.HasField("run")]
     config = {i.key: json.loads(i.value_json) for i in run.config.update}
     assert config["train.lr"] == pytest.approx(parse_config({}, source="t").train.lr)
