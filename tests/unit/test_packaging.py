@@ -171,7 +171,8 @@ def test_an_environment_of_another_installed_package_is_found(tmp_path):
 
     probe = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120)
     assert probe.returncode == 0, probe.stderr
-    assert probe.stdout.split() == ["['appworld',", "'bfcl',", "'myworld',", "'toolworld']", "coevolve_myworld", "7"]
+    assert probe.stdout.split() == ["['appworld',", "'bfcl',", "'myworld',", "'openenv',", "'toolworld']",
+                                    "coevolve_myworld", "7"]
 
     listed = subprocess.run([str(Path(sys.executable).parent / "coevolve"), "env", "list"], env=env,
                             capture_output=True, text=True, timeout=120)  # fmt: skip

@@ -1,0 +1,72 @@
+"""The OpenEnv stock room (`coevolve.envs.openenv.example_inventory`) as the adapter's tests use it: its tasks
+written as a task file with their reference calls, and the environment served on 127.0.0.1 by OpenEnv's
+`create_app` under uvicorn, started and stopped by the test that needs it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from coevolve.processes import free_port
+
+ENVIRONMENT = "coevolve.envs.openenv.example_inventory:InventoryEnvironment"
+APP_FACTORY = "coevolve.envs.openenv.example_inventory:create_inventory_app"
+START_TIMEOUT_S = 120.0
+"""Seconds the served stock room may take to answer /health (its imports take ~15 s on a busy CPU)."""
+
+
+def reference_calls(reset: dict[str, Any]) -> list[dict[str, Any]]:
+    """The one call that brings the goal item of a stock-room task to its goal count."""
+    (item, want), = reset["goal"].items()
+    have = reset["stock"].get(item, 0)
+    name = "add_stock" if want > have else "remove_stock"
+    return [{"name": name, "arguments": {"item": item, "quantity": abs(want - have)}}]
+
+
+def write_task_file(path: Path, splits: tuple[str, ...] = ("train", "test")) -> Path:
+    """The stock room's own tasks as a JSONL task file, each with its reference calls."""
+    from coevolve.envs.openenv.example_inventory import inventory_tasks
+
+    rows = [{**row, "split": split, "solution": reference_calls(row["reset"])}
+            for split in splits for row in inventory_tasks(split)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+@contextlib.contextmanager
+def served_inventory() -> Iterator[str]:
+    """The stock room served on a free 127.0.0.1 port for the block; yields its URL, then stops the server
+    (this process's own child, by its handle)."""
+    import httpx
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", APP_FACTORY, "--host", "127.0.0.1",
+                               "--port", str(port), "--log-level", "warning"])  # fmt: skip
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if server.poll() is not None:
+                raise RuntimeError(f"the served stock room exited with {server.returncode}")
+            try:
+                if httpx.get(f"{url}/health", trust_env=False, timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the served stock room did not answer within {START_TIMEOUT_S:.0f} s")
+            time.sleep(0.3)
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
