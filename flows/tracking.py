@@ -109,11 +109,11 @@ def save_tracking_choice(spec: CoevolveConfig, layout: RunLayout) -> bool:
     nothing. True when the file changed."""
     import yaml
 
-    from coevolve.flows.runs import saved_config_data
-
     if not layout.config_path.is_file():
         return False
-    data = saved_config_data(layout)
+    data = yaml.safe_load(layout.config_path.read_text())  # checked when the run was opened (`flows.runs`)
+    if not isinstance(data, dict):
+        return False
     choice = spec.tracking.model_dump(mode="json")
     if data.get("tracking") == choice:
         return False
