@@ -2,7 +2,8 @@
 
     coevolve evolution --run demo
 
-Prints the signal mix, the explorations, the candidates by status and their verdicts, the tasks merged
+Prints the signal mix, the explorations, the candidates by status and their verdicts per distinct solution
+(`flows.evolution_counts`, the same counts and labels as the round line), the tasks merged
 into the dataset, how the rollouts of later rounds did on them, one admitted task (its query, solution and
 verdict) and the SQL that follows that task back to the signal it came from, ready for `coevolve sql`.
 Read through the DuckDB views only.
@@ -48,8 +49,7 @@ def evolution_report(root: Path, run: str) -> list[str]:
     lines = [f"data evolution of run '{run}':",
              f"  signals         {counts('signals', 'kind')}",
              f"  explorations    {counts('explorations', 'status')}" if "explorations" in views else "",
-             f"  candidates      {counts('candidates', 'status')}" if "candidates" in views else "",
-             f"  verifications   {counts('verifications', 'outcome')}" if "verifications" in views else ""]  # fmt: skip
+             *(candidate_lines(rows, "verifications" in views) if "candidates" in views else [])]  # fmt: skip
     admitted = rows("SELECT task_id, turns, solution, family FROM tasks WHERE run = RUN AND source = 'synthesized' "
                     "ORDER BY round, task_id") if "tasks" in views else []  # fmt: skip
     lines.append(f"  merged tasks    {len(admitted)}")
@@ -75,3 +75,19 @@ def evolution_report(root: Path, run: str) -> list[str]:
     sql = " ".join(LINEAGE_SQL.format(run=run, task=example["task_id"]).split())
     lines += ["", "its lineage, back to the signal that led to it:", f'  coevolve sql{root_option(root)} "{sql}"']
     return [line for line in lines if line]
+
+
+def candidate_lines(rows: Any, verified: bool) -> list[str]:
+    """The run's candidates and verdicts per distinct solution, labelled as the round line labels them, then
+    the wordings verification checked (its rows: a solution's own wording, then its duplicates in turn)."""
+    from coevolve.flows.evolution_counts import CandidateCounts
+
+    def per(view: str, column: str) -> dict[str, int]:
+        return {r["k"]: r["n"] for r in rows(f"SELECT {column} AS k, count(*) AS n FROM {view} WHERE run = RUN GROUP BY ALL")}
+
+    counts = CandidateCounts.of(per("candidates", "status"), per("verifications", "outcome") if verified else None)
+    lines = [f"  candidates      {counts.label()}"]
+    if counts.wordings_checked is not None:
+        lines.append(f"  verifications   {counts.wordings_checked} wordings checked (each solution's own, then its "
+                     "duplicates in turn until one passed)")  # fmt: skip
+    return lines

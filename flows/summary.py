@@ -1,7 +1,8 @@
 """A round in one row of metrics, from its stage manifests: the one summary of a round.
 
 `round_metrics` reads a round's manifests (no Parquet): train success and reward, signals by kind,
-explorations, candidates by status, verification outcomes, tasks added, dataset size, loss, KL, the
+explorations, candidates by status and their verdicts per distinct solution (`flows.evolution_counts`: one
+meaning of each count for every view), tasks added, dataset size, loss, KL, the
 groups with signal (and their share) and held-out success. Everything that summarises rounds renders these
 rows: the line printed per round (`round_line`, which warns when an update had no group with signal), the
 Prefect artifacts of a flow run (`publish_round`: `<run>-summary` markdown and `<run>-rounds` table,
@@ -15,12 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.config import SIGNAL_KINDS
+from coevolve.flows.evolution_counts import STATUSES, CandidateCounts
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.parquet import ArtifactError
 from coevolve.storage.store import RunStore
 
-CANDIDATE_STATUSES = ("ok", "unparsable", "invalid", "duplicate")
-OUTCOMES = ("accept", "retain", "discard")
 _STAGES = ("bootstrap", "rollout", "signals", "explore", "abstract", "verify", "merge", "grpo_update", "evaluate")
 
 
@@ -34,10 +34,12 @@ def round_metrics(store: RunStore, round_: int, dataset_size: int | None = None)
     for kind in SIGNAL_KINDS:
         row[f"{kind}_signals"] = out["signals"].get(f"{kind}_signals")
     row["explorations"] = out["explore"].get("explorations")
-    for status in CANDIDATE_STATUSES:
+    counts = CandidateCounts.of(out["abstract"], out["verify"] or None)
+    row["candidates"] = counts.candidates if out["abstract"] else None
+    for status in STATUSES:
         row[f"candidates_{status}"] = out["abstract"].get(status)
-    for outcome in OUTCOMES:
-        row[outcome] = out["verify"].get(outcome)
+    row["accept"], row["retain"], row["discard"] = counts.accept, counts.retain, counts.discard  # per solution
+    row["wordings_checked"] = counts.wordings_checked
     row["added_tasks"] = out["merge"].get("added_tasks")
     row["dataset_size"] = out["merge"].get("dataset_size", out["bootstrap"].get("dataset_size", dataset_size))
     row["loss"] = out["grpo_update"].get("loss")
@@ -70,9 +72,10 @@ def round_line(row: dict[str, Any], cached: list[str] | None = None, computed: l
     signals = [row[f"{k}_signals"] for k in SIGNAL_KINDS]
     if any(s is not None for s in signals):
         mix = "/".join(str(s or 0) for s in signals)
-        verdicts = "/".join(str(row[o] or 0) for o in OUTCOMES)
-        parts.append(f"signals {mix} (f/b/r) -> {row['candidates_ok'] or 0} candidates -> {verdicts} (a/r/d) "
-                     f"-> +{row['added_tasks'] or 0} tasks")
+        counts = row_counts(row)
+        made = f" -> {counts.label()}" if counts is not None else ""
+        added = f" -> +{row['added_tasks']} tasks" if row.get("added_tasks") is not None else ""
+        parts.append(f"signals {mix} (f/b/r){made}{added}")
     if row["dataset_size"] is not None:
         parts.append(f"|D| {row['dataset_size']}")
     if row["loss"] is not None:
@@ -88,6 +91,15 @@ def round_line(row: dict[str, Any], cached: list[str] | None = None, computed: l
     elif cached:
         parts.append(f"cached: {', '.join(cached)}")
     return " | ".join(parts)
+
+
+def row_counts(row: dict[str, Any]) -> CandidateCounts | None:
+    """A `round_metrics` row's candidates and verdicts as the record every view labels (None: no abstraction)."""
+    if row.get("candidates") is None:
+        return None
+    n = {s: row.get(f"candidates_{s}") or 0 for s in STATUSES}
+    return CandidateCounts(row["candidates"], n["ok"], n["duplicate"], n["invalid"], n["unparsable"],
+                           row.get("accept"), row.get("retain"), row.get("wordings_checked"))  # fmt: skip
 
 
 def runs_overview(root: Path, *, unreadable: list[str] | None = None) -> list[dict[str, Any]]:

@@ -48,8 +48,9 @@ ROUND_TAGS = {  # round_metrics name -> tag; loss and kl are logged per step ins
     "train_success": "train/success", "train_reward": "train/reward", "tokens_per_second": "train/tokens_per_second",
     "frac_groups_with_signal": "train/frac_groups_with_signal",
     **{f"{kind}_signals": f"evolution/{kind}_signals" for kind in SIGNAL_KINDS},
-    **{name: f"evolution/{name}" for name in ("explorations", "candidates_ok", "candidates_unparsable",
-       "candidates_invalid", "candidates_duplicate", "accept", "retain", "discard", "added_tasks", "dataset_size")},
+    **{name: f"evolution/{name}" for name in ("explorations", "candidates", "candidates_ok", "candidates_unparsable",
+       "candidates_invalid", "candidates_duplicate", "accept", "retain", "discard", "wordings_checked",
+       "added_tasks", "dataset_size")},  # verdicts per distinct solution (flows.evolution_counts)
 }  # fmt: skip
 
 
