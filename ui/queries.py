@@ -156,7 +156,10 @@ def signal_rows(reader: RunsReader, run: str, kind: str | None, page: int) -> tu
 
 
 def verification_counts(reader: RunsReader, run: str) -> list[dict[str, Any]]:
-    """Per round: candidates by parse status, then verification verdicts."""
+    """Per round: candidates by status (`ok`: a distinct solution), then the verdicts per distinct solution
+    and the wordings verification checked (its rows), counted as `flows.evolution_counts` counts them for
+    the round line and `coevolve evolution`: a solution is accepted or retained when one of its wordings
+    was, discarded when none was."""
     if not reader.has("candidates"):
         return []
     statuses = ", ".join(f"count(*) FILTER (WHERE status = '{s}') AS {s}"
@@ -164,11 +167,14 @@ def verification_counts(reader: RunsReader, run: str) -> list[dict[str, Any]]:
     rows = reader.rows(f"SELECT round, count(*) AS candidates, {statuses} FROM candidates WHERE run = ? "
                        "GROUP BY round ORDER BY round", [run])  # fmt: skip
     if reader.has("verifications"):
-        outcomes = ", ".join(f"count(*) FILTER (WHERE outcome = '{o}') AS {o}" for o in OUTCOMES)
+        outcomes = ", ".join(f"count(*) FILTER (WHERE outcome = '{o}') AS {o}" for o in OUTCOMES[:2])
         verdicts = {r["round"]: r for r in reader.rows(
-            f"SELECT round, {outcomes} FROM verifications WHERE run = ? GROUP BY round", [run])}  # fmt: skip
+            f"SELECT round, {outcomes}, count(*) AS checked FROM verifications WHERE run = ? GROUP BY round",
+            [run])}  # fmt: skip
         for row in rows:
-            row.update({o: (verdicts.get(row["round"]) or {}).get(o, 0) for o in OUTCOMES})
+            found = verdicts.get(row["round"]) or {}
+            row.update({o: found.get(o, 0) for o in (*OUTCOMES[:2], "checked")})
+            row["discard"] = max(row["ok"] - row["accept"] - row["retain"], 0) if found else 0
     return rows
 
 

@@ -4,6 +4,8 @@ wordings in turn, so its rows outnumber the solutions: the demo's 8 solutions ga
 
 from __future__ import annotations
 
+import re
+
 from coevolve.flows.evolution_counts import CandidateCounts
 from coevolve.flows.evolution_report import candidate_lines
 from coevolve.flows.summary import round_line, run_metrics
@@ -43,3 +45,16 @@ def test_the_evolution_report_counts_the_runs_candidates_as_the_round_line_does(
     lines = candidate_lines(rows, verified=True)
     assert lines[0] == f"  candidates      {DEMO_LABEL}"
     assert lines[1].startswith("  verifications   23 wordings checked")
+
+
+def test_the_web_view_counts_verdicts_per_distinct_solution(tmp_path):
+    from starlette.testclient import TestClient
+
+    from coevolve.ui.app import create_app
+    from tests.unit.test_ui import ONE, write_one_round_run
+
+    write_one_round_run(tmp_path)  # one solution: its first wording discarded, its duplicate accepted
+    page = TestClient(create_app(tmp_path), base_url="http://127.0.0.1").get(f"/runs/{ONE}/verifications").text
+    table = " ".join(re.sub(r"<[^>]+>", " ", page.split('id="outcome-counts"')[1].split("</table>")[0]).split())
+    assert "candidates distinct solutions unparsable invalid duplicates accept retain discard wordings checked" in table
+    assert "round 0 2 1 0 0 1 1 0 0 2" in table  # the solution was accepted, not also discarded
