@@ -29,6 +29,8 @@ from openenv.core.rubrics.base import Rubric
 MAX_QUANTITY = 10_000
 ITEMS = ("bolt", "nut", "gear", "spring", "washer")
 SPLIT_SIZES = {"train": 16, "test": 6}
+MAX_SESSIONS = 64
+"""Episodes the served stock room holds at once (one WebSocket session each; OpenEnv's default is 1)."""
 
 
 def inventory_tasks(split: str) -> list[dict[str, Any]]:
@@ -148,4 +150,5 @@ def create_inventory_app() -> Any:
     """The FastAPI app serving the stock room (OpenEnv's `create_app`, no web interface)."""
     from openenv.core.env_server.http_server import create_app
 
-    return create_app(InventoryEnvironment, CallToolAction, CallToolObservation, env_name="inventory")
+    return create_app(InventoryEnvironment, CallToolAction, CallToolObservation, env_name="inventory",
+                      max_concurrent_envs=MAX_SESSIONS)

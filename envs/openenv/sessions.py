@@ -197,8 +197,14 @@ class ServedSession(Session):
         self._url, self._socket = url.rstrip("/"), None
 
     def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
-        self._socket.send(json.dumps(message))
-        reply = json.loads(self._socket.recv(timeout=REPLY_TIMEOUT_S))
+        from websockets.exceptions import ConnectionClosed
+
+        with contextlib.suppress(ConnectionClosed):  # closed: the server may have said why just before
+            self._socket.send(json.dumps(message))
+        try:
+            reply = json.loads(self._socket.recv(timeout=REPLY_TIMEOUT_S))
+        except ConnectionClosed as exc:
+            raise SessionError(f"{self._url} closed the session ({exc})") from None
         if reply.get("type") == "error":
             raise SessionError(f"{self._url}: {(reply.get('data') or {}).get('message', reply)}")
         return reply.get("data") or {}
