@@ -70,3 +70,27 @@ def served_inventory() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+def _stock_room() -> type:
+    from coevolve.envs.openenv.example_inventory import InventoryEnvironment
+
+    return InventoryEnvironment
+
+
+class GoalRequiredEnvironment(_stock_room()):
+    """The stock room whose reset needs its `goal` (no default): a task without one is a missing argument."""
+
+    def reset(self, seed=None, episode_id=None, *, goal, stock=None, **kwargs):
+        return super().reset(seed=seed, episode_id=episode_id, stock=stock, goal=goal)
+
+
+class BadSchemaEnvironment(_stock_room()):
+    """The stock room listing a tool whose input schema is an array, not a JSON-schema object."""
+
+    def step(self, action, timeout_s=None, **kwargs):
+        from openenv.core.env_server.mcp_types import ListToolsAction, ListToolsObservation, Tool
+
+        if isinstance(action, ListToolsAction):
+            return ListToolsObservation(tools=[Tool(name="count", description="", input_schema={"type": "array"})])
+        return super().step(action, timeout_s=timeout_s, **kwargs)

@@ -164,3 +164,18 @@ def test_a_parquet_task_file_reads_like_jsonl(tmp_path, task_file):
     pq.write_table(table, tmp_path / "tasks.parquet")
     from_parquet, from_jsonl = make(tmp_path / "tasks.parquet"), make(task_file)
     assert [t.id for t in from_parquet.tasks("test")] == [t.id for t in from_jsonl.tasks("test")]
+
+
+def test_a_missing_reset_argument_and_a_malformed_tool_schema_are_one_line_each():
+    from coevolve.envs.openenv.sessions import SessionError
+    from coevolve.envs.openenv.tasks import task_of
+
+    task = task_of({"prompt": "Add a bolt.", "reset": {"stock": {"bolt": 1}}}, "row")
+    strict = envs.make("openenv", environment="tests.fakes.openenv_inventory:GoalRequiredEnvironment")
+    with pytest.raises(SessionError) as refused:
+        strict.reset(task)
+    assert "reset rejected the task's arguments" in str(refused.value) and "'goal'" in str(refused.value)
+    malformed = envs.make("openenv", environment="tests.fakes.openenv_inventory:BadSchemaEnvironment")
+    with pytest.raises(ValueError) as refused:
+        malformed.reset(task)
+    assert str(refused.value).startswith("tool 'count': its input schema is not a JSON-schema object")
