@@ -14,22 +14,30 @@ from coevolve.cli.support import RootOption, fail, root_of, run_layout, user_err
 
 def sql(
     query: Annotated[str, typer.Argument(help="SQL over the views trajectories, steps, samples, updates, ...")],
-    format_: Annotated[str, typer.Option("--format", help="table, csv or json.")] = "table",
+    format_: Annotated[str, typer.Option("--format", help=(
+        "auto (a table when it fits the terminal, else line), table, line (each row as `column | value` "
+        "lines), csv or json."))] = "auto",
     max_rows: Annotated[int, typer.Option(help="Rows a table shows at most (csv and json print all).")] = 200,
+    max_width: Annotated[int, typer.Option(
+        help="Characters a value shows at most in a table or a line (longer ones end in …).")] = 60,
     root: RootOption = None,
 ) -> None:
     """Query every run with DuckDB, read-only (views over the Parquet artifacts, with run/round/stage
     columns; SELECT statements only, files under the root only; see docs/sql.md). The files of the views
-    it reads are checked against their manifests' sha256 first: a changed one is refused, naming it."""
+    it reads are checked against their manifests' sha256 first: a changed one is refused, naming it.
+    A row wider than the terminal prints as lines, one `column | value` each (`--format line`)."""
     import duckdb
 
+    from coevolve.flows.render import FORMATS
     from coevolve.storage.catalog import ArtifactFiles, repair_catalog, views_read
     from coevolve.storage.catalog import query as run_query
 
-    if format_ not in {"table", "csv", "json"}:
-        fail("--format must be table, csv or json")
+    if format_ not in FORMATS:
+        fail(f"--format must be {', '.join(FORMATS[:-1])} or {FORMATS[-1]}, got {format_!r}")
     if max_rows < 1:
         fail(f"--max-rows must be >= 1, got {max_rows}")
+    if max_width < 4:
+        fail(f"--max-width must be >= 4, got {max_width}")
     warning = repair_catalog(root_of(root))  # the persisted catalog other clients open
     if warning:
         typer.echo(warning, err=True)
@@ -52,7 +60,7 @@ def sql(
 
     for note in unreadable_notes(files.unreadable):
         typer.echo(note, err=True)
-    print_table(table, format_, max_rows=max_rows)
+    print_table(table, format_, max_rows=max_rows, max_width=max_width)
 
 
 def runs(root: RootOption = None) -> None:

@@ -1,5 +1,10 @@
-"""Human-readable output for the CLI: query results as a table / CSV / JSON, rows as a table, and the
+"""Human-readable output for the CLI: query results as a table / lines / CSV / JSON, rows as a table, and the
 messages that explain a failed query.
+
+`coevolve sql` prints a table when it fits the terminal and otherwise each row as lines, one `column | value`
+per line (`--format line`, psql's expanded display): at 80 columns a nine-column lineage row stays readable
+instead of nine headers cut to "…". CSV quotes a value only where CSV needs it (a comma, a quote, a
+newline).
 
 Stored text (model replies, teacher output, tool results) is shown literally: never read as Rich markup
 (`[/x]` would vanish or crash the command), with control characters made visible (`literal`; in CSV
@@ -13,6 +18,7 @@ left as it is.
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import sys
@@ -20,21 +26,38 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-import pyarrow.csv as pacsv
 
 if TYPE_CHECKING:
     from rich.text import Text
 
 
+FORMATS = ("auto", "table", "line", "csv", "json")
+"""`coevolve sql --format`: auto is a table when it fits the terminal, else lines."""
+
+
 def print_table(table: pa.Table, fmt: str = "table", *, max_rows: int = 200, max_width: int = 60) -> None:
+    """`table` in `fmt` (`FORMATS`); table and line show at most `max_rows` rows and cut a value past
+    `max_width` characters, csv and json print everything."""
     if fmt == "csv":
-        pacsv.write_csv(_visible(table), sys.stdout.buffer)
-        return
+        return write_csv(table)
     if fmt == "json":
         for row in table.to_pylist():
             print(json.dumps(row, default=str))
         return
     from rich.console import Console
+
+    console = Console()
+    if fmt == "line" or (fmt == "auto" and table_width(table, max_rows, max_width) > console.width):
+        for line in row_lines(table.slice(0, max_rows), console.width, max_width):
+            print(line)
+    else:
+        _print_rich_table(console, table, max_rows, max_width)
+    if table.num_rows > max_rows:
+        console.print(f"... {table.num_rows - max_rows} more rows (--max-rows {table.num_rows} shows them; "
+                      f"--format csv prints all)", markup=False)
+
+
+def _print_rich_table(console, table: pa.Table, max_rows: int, max_width: int) -> None:
     from rich.table import Table
 
     view = Table(show_edge=False, header_style="bold")
@@ -42,11 +65,56 @@ def print_table(table: pa.Table, fmt: str = "table", *, max_rows: int = 200, max
         view.add_column(literal(name), overflow="ellipsis", max_width=max_width)
     for row in table.slice(0, max_rows).to_pylist():
         view.add_row(*(literal(_cell(v)) for v in row.values()))
-    console = Console()
     console.print(view)
-    if table.num_rows > max_rows:
-        console.print(f"... {table.num_rows - max_rows} more rows (--max-rows {table.num_rows} shows them; "
-                      f"--format csv prints all)", markup=False)
+
+
+def table_width(table: pa.Table, max_rows: int, max_width: int) -> int:
+    """The columns a table of `table`'s first `max_rows` rows takes uncut: each column as wide as its widest
+    line (at most `max_width`), 3 between columns."""
+    widths = []
+    for name, values in zip(table.column_names, table.slice(0, max_rows).to_pydict().values(), strict=True):
+        lines = [line for v in [name, *map(_cell, values)] for line in escape_controls(v).splitlines() or [""]]
+        widths.append(min(max(map(len, lines)), max_width))
+    return sum(widths) + 3 * max(len(widths) - 1, 0)
+
+
+def row_lines(table: pa.Table, width: int, max_width: int) -> list[str]:
+    """Each row as a `-[ row N ]-` rule, then `column | value` per column, the value cut past `max_width`
+    characters (`…`) and wrapped to `width` under itself."""
+    names = [escape_controls(n) for n in table.column_names]
+    pad = max(map(len, names), default=0)
+    room = max(width - pad - 3, 16)
+    out = []
+    for number, row in enumerate(table.to_pylist(), 1):
+        rule = f"-[ row {number} ]"
+        out.append(rule + "-" * max(min(width, pad + 3 + room) - len(rule), 0))
+        for name, value in zip(names, row.values(), strict=True):
+            text = escape_controls(_cell(value))
+            if len(text) > max_width:
+                text = text[: max_width - 1] + "…"
+            chunks = [line[i : i + room] for line in text.split("\n") for i in range(0, max(len(line), 1), room)]
+            out += [f"{name if i == 0 else '':<{pad}} | {chunk}".rstrip() for i, chunk in enumerate(chunks)]
+    return out
+
+
+def write_csv(table: pa.Table) -> None:
+    """`table` as CSV, a value quoted only where CSV needs it, control characters visible (`_visible`)."""
+    writer = csv.writer(sys.stdout, quoting=csv.QUOTE_MINIMAL, lineterminator="\n")
+    visible = _visible(table)
+    writer.writerow(visible.column_names)
+    for row in visible.to_pylist():
+        writer.writerow([_csv_value(v) for v in row.values()])
+    sys.stdout.flush()
+
+
+def _csv_value(value: object) -> object:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | dict):
+        return json.dumps(value, default=str)
+    return value
 
 
 _CONTROL = r"[\x00-\x08\x0b-\x1f\x7f-\x9f]"
