@@ -3,7 +3,7 @@
     env:
       name: openenv
       options:
-        environment: my_package.server:MyEnvironment   # in process, or
+        environment: my_package.server:MyEnvironment   # in process (or a ResourceSessionFactory), or
         # url: http://127.0.0.1:8000                   # its server (OpenEnv's create_app)
         tasks: data/tasks.jsonl                        # reset arguments + prompts (envs.openenv.tasks)
 
@@ -41,7 +41,14 @@ from coevolve.envs.base import (
     TaskSynthesis,
     check_options,
 )
-from coevolve.envs.openenv.sessions import LocalSession, ServedSession, Session, check_server, load_attribute
+from coevolve.envs.openenv.sessions import (
+    HarnessSession,
+    LocalSession,
+    ServedSession,
+    Session,
+    check_server,
+    load_attribute,
+)
 from coevolve.envs.openenv.tasks import provided_tasks, read_tasks
 from coevolve.llm.toolcalls import ParsedReply, parse_call_list, parse_tool_calls
 
@@ -56,7 +63,8 @@ class OpenEnvOptions(EnvOptions):
 
     environment: str = ""
     """Extension, not the paper's: the OpenEnv environment's import path (`package.module:Class`, or a
-    function returning an instance), run in this process; or leave it empty and name `url`."""
+    function returning an instance; or a `ResourceSessionFactory` of OpenEnv's harness layer), run in this
+    process; or leave it empty and name `url`."""
     url: str = ""
     """Extension, not the paper's: the address of the environment's OpenEnv server
     (`http://127.0.0.1:8000`); or leave it empty and name `environment`."""
@@ -114,7 +122,8 @@ class OpenEnvEnv(Environment, TaskSynthesis):
             if self.options.tasks:
                 self._splits = read_tasks(Path(self.options.tasks))
             else:
-                source = self._factory()
+                source = self._factory() if isinstance(self._factory, type) or not hasattr(self._factory, "create") \
+                    else self._factory  # fmt: skip
                 if not (hasattr(source, "list_splits") and hasattr(source, "list_tasks")):
                     raise OptionError(f"env.options.tasks: {self.options.environment} has no task source of its "
                                       "own (list_splits/list_tasks): name a JSONL or Parquet task file")  # fmt: skip
@@ -133,7 +142,15 @@ class OpenEnvEnv(Environment, TaskSynthesis):
     # -- episode -----------------------------------------------------------------------------------
 
     def _session(self) -> Session:
-        return LocalSession(self._factory) if self._factory is not None else ServedSession(self.options.url)
+        if self._factory is None:
+            return ServedSession(self.options.url)
+        from openenv.core.harness import ResourceSessionFactory
+
+        if isinstance(self._factory, type) and issubclass(self._factory, ResourceSessionFactory):
+            return HarnessSession(self._factory())
+        if isinstance(self._factory, ResourceSessionFactory):
+            return HarnessSession(self._factory)
+        return LocalSession(self._factory)
 
     def reset(self, task: Task, *, seed: int = 0) -> Observation:
         """A fresh session reset with the task's arguments; the first user turn and the session's tools."""
@@ -189,9 +206,12 @@ class OpenEnvEnv(Environment, TaskSynthesis):
             self._episode.session.close()
             self._episode = None
 
-    def state_digest(self) -> str:
-        """Content hash of the environment's state, its episode counters left out."""
+    def state_digest(self) -> str | None:
+        """Content hash of the environment's state, its episode counters left out; None where the session
+        exposes no state (OpenEnv's harness layer)."""
         state = self._require_episode().session.state()
+        if state is None:
+            return None
         return content_hash({k: v for k, v in state.items() if k not in EPISODE_STATE})
 
     # -- synthesized tasks -------------------------------------------------------------------------

@@ -1,18 +1,20 @@
 """One episode's session with an OpenEnv environment, in this process or on its server.
 
 The adapter (`envs.openenv.env`) talks to an OpenEnv environment through one small interface, `Session`:
-`reset(arguments, seed)`, `tools()`, `call(name, arguments)`, `state()`, `reward()`, `close()`. Two
+`reset(arguments, seed)`, `tools()`, `call(name, arguments)`, `state()`, `reward()`, `close()`. Three
 implementations:
 
 - `LocalSession`: an instance of the environment's class (an `openenv.core.env_server.interfaces.Environment`,
   usually an `MCPEnvironment`), built from its import path; tools through `ListToolsAction`, calls through
   `CallToolAction`, both `step`s of the environment itself.
+- `HarnessSession`: OpenEnv's harness layer in this process, a `ResourceSessionFactory` named by its import
+  path: `create(task)` with the reset arguments as the task, `list_tools`, `call_tool`, `verify`.
 - `ServedSession`: the environment served by OpenEnv's `create_app`, one WebSocket session (`/ws`) per
   episode: the same reset, step and state messages OpenEnv's own clients send. On loopback the connection
   never goes through a proxy the environment names (`coevolve.loopback`).
 
-The reward is the environment's own: what its `verify(transcript, final_state)` returns where the (in-process)
-environment defines one, else the reward of its last observation, which OpenEnv environments set from their
+The reward is the environment's own: what its `verify(transcript, final_state)` returns where the session
+or the (in-process) environment defines one, else the reward of its last observation, which OpenEnv environments set from their
 rubric in `reset` and `step`. The adapter never computes a reward of its own.
 """
 
@@ -125,7 +127,8 @@ class Session:
     def call(self, name: str, arguments: dict[str, Any]) -> ToolOutcome:
         raise NotImplementedError
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> dict[str, Any] | None:
+        """The environment's state as JSON; None where the session exposes none."""
         raise NotImplementedError
 
     def reward(self, transcript: list[dict[str, str]]) -> float | None:
@@ -188,6 +191,49 @@ class LocalSession(Session):
         if self._env is not None:
             self._env.close()
             self._env = None
+
+
+class HarnessSession(Session):
+    """A session of OpenEnv's harness layer: `ResourceSessionFactory.create(task, seed, episode_id)` gives a
+    `ResourceSession` with `list_tools`, `call_tool`, `verify` and `close`; the task is the reset arguments."""
+
+    def __init__(self, factory: Any) -> None:
+        self._factory, self._session = factory, None
+
+    def reset(self, arguments: dict[str, Any], seed: int) -> None:
+        self.close()
+        self.last_reward = None
+        try:
+            self._session = self._factory.create(dict(arguments), seed=seed, episode_id=None)
+        except TypeError as exc:
+            raise SessionError(f"create rejected the task's arguments: {exc}") from None
+
+    def tools(self) -> list[dict[str, Any]]:
+        return [tool_schema(tool) for tool in self._session.list_tools()]
+
+    def call(self, name: str, arguments: dict[str, Any]) -> ToolOutcome:
+        try:
+            result = self._session.call_tool(name, arguments)
+        except Exception as exc:  # a tool that raises is the agent's error message, as on a server
+            return ToolOutcome(f"Error: {exc}", ok=False, error=str(exc))
+        data, metadata = result.data, result.metadata or {}
+        self._observed(metadata.get("reward", data.get("reward") if isinstance(data, dict) else None))
+        if result.error:
+            return ToolOutcome(f"Error: {result.error}", ok=False, error=str(result.error), done=result.done)
+        text = data if isinstance(data, str) else json.dumps(data, sort_keys=True, default=str)
+        return ToolOutcome(text, ok=True, done=result.done)
+
+    def state(self) -> dict[str, Any] | None:
+        return None  # the harness layer exposes no state: no digest, nothing concluded from one
+
+    def reward(self, transcript: list[dict[str, str]]) -> float | None:
+        verdict = self._session.verify(transcript, None)
+        return self.last_reward if verdict.env_reward is None else float(verdict.env_reward)
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
 
 
 class ServedSession(Session):

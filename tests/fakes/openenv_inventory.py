@@ -94,3 +94,50 @@ class BadSchemaEnvironment(_stock_room()):
         if isinstance(action, ListToolsAction):
             return ListToolsObservation(tools=[Tool(name="count", description="", input_schema={"type": "array"})])
         return super().step(action, timeout_s=timeout_s, **kwargs)
+
+
+def _harness() -> tuple[type, type]:
+    from openenv.core.harness import ResourceSession, ResourceSessionFactory
+
+    return ResourceSession, ResourceSessionFactory
+
+
+class InventorySession(_harness()[0]):
+    """The stock room through OpenEnv's harness layer: a `ResourceSession` whose `verify` forwards the
+    rubric's reward of the final state."""
+
+    def __init__(self, task: dict[str, Any]) -> None:
+        self.env = _stock_room()()
+        self.env.reset(**task)
+
+    def initial_messages(self) -> list:
+        return []
+
+    def list_tools(self) -> list:
+        from openenv.core.env_server.mcp_types import ListToolsAction
+
+        return self.env.step(ListToolsAction()).tools
+
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        from openenv.core.env_server.mcp_types import CallToolAction
+        from openenv.core.harness import ToolResult
+
+        observation = self.env.step(CallToolAction(tool_name=name, arguments=arguments))
+        if observation.error is not None:
+            raise ValueError(observation.error.message)
+        return ToolResult(data=observation.result.data)
+
+    def verify(self, transcript: list, final_state: Any = None) -> Any:
+        from openenv.core.harness import VerifyResult
+
+        return VerifyResult(env_reward=self.env.rubric(None, None), done=True)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class InventorySessions(_harness()[1]):
+    """`ResourceSessionFactory` of the stock room: the task is the reset arguments."""
+
+    def create(self, task: Any, seed: int | None = None, episode_id: str | None = None) -> InventorySession:
+        return InventorySession(task)

@@ -179,3 +179,18 @@ def test_a_missing_reset_argument_and_a_malformed_tool_schema_are_one_line_each(
     with pytest.raises(ValueError) as refused:
         malformed.reset(task)
     assert str(refused.value).startswith("tool 'count': its input schema is not a JSON-schema object")
+
+
+def test_a_resource_session_factory_runs_episodes_and_verifies_through_its_verify(task_file):
+    env = envs.make("openenv", environment="tests.fakes.openenv_inventory:InventorySessions", tasks=str(task_file))
+    task = env.tasks("train")[0]
+    assert replay_reference(env, task).reward == 1.0 and env.state_digest() is None
+    env.reset(task)
+    step = env.step([{"name": "remove_stock", "arguments": {"item": "bolt", "quantity": 99}}])
+    assert step.info["calls"][0]["ok"] is False and "only 1 units of 'bolt'" in step.messages[0]["content"]
+    assert env.evaluate().reward == 0.0
+    reset, add = RESET, [[ToolCall(**c) for c in ADD_3]]
+    assert env.derive_checker(reset, ["Add 3 bolts."], add, [[]])["reference_reward"] == 1.0
+    for solution in ([[]], [[ToolCall(name="add_stock", arguments={"item": "bolt", "quantity": 1})]]):
+        with pytest.raises(ValueError, match="reference calls reward 0.00"):
+            env.derive_checker(reset, ["Add 3 bolts."], solution, [[]])
