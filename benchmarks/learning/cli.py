@@ -133,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     sealed = plan.phase == "final" and plan.experiment.sealed_test and not args.report_only
     try:
         if plan.experiment.shared_baseline and not args.report_only:
-            print(f"--- the plan's baseline: {ensure_shared_baseline(plan, root, args.baseline_from)}", flush=True)
+            print(f"--- the plan's baseline: {ensure_shared_baseline(plan, root, args.baseline_from, out)}", flush=True)
         wall = run_arms(plan, root) if not args.report_only else {}
         if sealed:  # a final run records its rows; its figures wait for the final report
             print(record_runs(root, plan, out, wall))

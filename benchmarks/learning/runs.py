@@ -56,10 +56,12 @@ BASELINE_STAGES = ("bootstrap", "baseline")
 """Round 0's stages that the shared baseline run holds before any arm runs (the seed dataset, the evaluation)."""
 
 
-def ensure_shared_baseline(plan: Plan, root: Path, carried: Path | None = None) -> str:
+def ensure_shared_baseline(plan: Plan, root: Path, carried: Path | None = None, record: Path | None = None) -> str:
     """The plan's one baseline (`Regime.shared_baseline`): round 0's `bootstrap` and `baseline` of the grpo run
     of the phase's first seed, which every run forks. Copied from the storage root `carried` when this root
-    lacks it (a later sitting, another machine), else computed here. Returns where it came from."""
+    lacks it (a later sitting, another machine), else computed here, once: the record folder `record` notes
+    it (`shared-baseline-<phase>.json`), and a later invocation that would compute it again is refused.
+    Returns where it came from."""
     import shutil
 
     from coevolve.storage.layout import RunLayout
@@ -80,7 +82,16 @@ def ensure_shared_baseline(plan: Plan, root: Path, carried: Path | None = None) 
             if (there.run_dir / "round=0" / f"stage={stage}").exists():
                 shutil.copytree(there.run_dir / "round=0" / f"stage={stage}", here.run_dir / "round=0" / f"stage={stage}")
         return f"{name} carried from {carried}"
+    marker = None if record is None else record / f"shared-baseline-{plan.phase}.json"
+    if marker is not None and marker.exists():
+        raise ValueError(f"the plan's baseline was computed in an earlier sitting ({marker}); pass --baseline-from "
+                         f"the storage root holding run {name}, so that it is not computed again")
     _compute_baseline(plan, root, name)
+    if marker is not None:
+        import json
+
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps({"run": name, "phase": plan.phase, "stages": list(BASELINE_STAGES)}) + "\n")
     return f"{name} computed in {root}"
 
 
@@ -212,6 +223,6 @@ def run_benchmark(plan: Plan, out: Path, *, run: bool = True) -> str:
     return the report (markdown)."""
     plan, root = prepare(plan, build=run)
     if run and plan.experiment.shared_baseline:
-        ensure_shared_baseline(plan, root)
+        ensure_shared_baseline(plan, root, record=out)
     wall = run_arms(plan, root) if run else {}
     return report(root, plan, out, wall)

@@ -82,3 +82,13 @@ def test_the_plans_one_baseline_is_carried_into_a_new_storage_root_not_computed_
     assert ensure_shared_baseline(plan, later, carried=first).startswith("coverage2-grpo-s100 carried from")
     assert (later / "run=coverage2-grpo-s100" / "round=0" / "stage=baseline" / "evals.parquet").read_text() == "rows"
     assert ensure_shared_baseline(plan, later) == f"coverage2-grpo-s100 in {later}"
+
+
+def test_a_baseline_the_record_says_was_computed_is_never_computed_again_in_a_new_root(tmp_path):
+    from coevolve.benchmarks.learning.runs import ensure_shared_baseline
+
+    plan = Plan.make(quick=False, regime="coverage-v2", seeds=2, phase="final")
+    (tmp_path / "record").mkdir()
+    (tmp_path / "record" / "shared-baseline-final.json").write_text("{}")
+    with pytest.raises(ValueError, match="computed in an earlier sitting .*pass --baseline-from"):
+        ensure_shared_baseline(plan, tmp_path / "new-root", record=tmp_path / "record")
