@@ -294,11 +294,14 @@ def fork(
             fail(f"no run '{source}' under {root_of(root)} ({base} missing). List runs with `coevolve runs`.")
         cfg = (load_config(base, overrides or []) if config
                else load_saved_config(run_layout(root, source), overrides or []))  # fmt: skip
-        copied = fork_run(cfg, root_of(root), source, target, rounds)
+        unshared: list[str] = []
+        copied = fork_run(cfg, root_of(root), source, target, rounds, unshared=unshared)
     except user_errors() as exc:
         fail(str(exc))
     typer.echo(f"run '{target}': {len(copied)} stages copied from '{source}'"
                + "".join(f"\n  round {r}: {stage}" for r, stage in copied))  # fmt: skip
+    if unshared:
+        typer.echo("not shared, computed when the run continues:" + "".join(f"\n  {line}" for line in unshared))
     typer.echo(f"continue it with `coevolve run --run {target} --rounds N` (the rest of each round is computed)")
 
 

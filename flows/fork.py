@@ -17,6 +17,8 @@ Copies get the target's run name and ids (trajectory and group ids hash the run 
 grpo_update's checkpoint is hard-linked, and the manifest records its origin (`forked_from`) and the
 source's compute `seconds`, so the target's stage costs read as what computing them takes. The target
 computes every other stage when it runs; a later change upstream recomputes the copies like any stage.
+Each stage it could not share is named with why (`unshared`): not computed in the source, stale there, a
+config field that changes it, an artifact a fork does not copy, a checkpoint pruned, an input it lacks.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import pyarrow as pa
 
 from coevolve.agents.ledger import group_id, trajectory_id
 from coevolve.config import CoevolveConfig
-from coevolve.flows.runs import RunError
+from coevolve.flows.runs import RunError, load_saved_config
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.runner import is_cached, stage_key
 from coevolve.pipeline.stage import StageDef
@@ -51,9 +53,11 @@ Shared = tuple[Manifest, str]
 """A stage run that can be copied: (its source manifest, its cache key in the target)."""
 
 
-def fork_run(config: CoevolveConfig, root: Path, source: str, target: str, rounds: int) -> list[Copied]:
+def fork_run(config: CoevolveConfig, root: Path, source: str, target: str, rounds: int, *,
+             unshared: list[str] | None = None) -> list[Copied]:  # fmt: skip
     """Create run `target` (with `config`) holding copies of the stages of `source`'s first `rounds`
-    rounds that it would compute identically; returns the copied (round, stage) pairs."""
+    rounds that it would compute identically; returns the copied (round, stage) pairs. Each stage of those
+    rounds it does not copy is a line appended to `unshared`: `round R STAGE: recomputed, WHY`."""
     try:
         source_layout, target_layout = RunLayout(root, source), RunLayout(root, target)
     except ValueError as exc:  # a run name that cannot be a folder
@@ -66,39 +70,59 @@ def fork_run(config: CoevolveConfig, root: Path, source: str, target: str, round
     if rounds < 1:
         raise RunError(f"rounds must be >= 1, got {rounds}")
     with run_lock(target_layout, f"coevolve fork --from {source} --run {target}"):
-        return _fork(config, source_layout, target_layout, rounds)
+        return _fork(config, source_layout, target_layout, rounds, [] if unshared is None else unshared)
 
 
-def _fork(config: CoevolveConfig, source_layout: RunLayout, target_layout: RunLayout, rounds: int) -> list[Copied]:
+def _fork(config: CoevolveConfig, source_layout: RunLayout, target_layout: RunLayout, rounds: int,
+          unshared: list[str]) -> list[Copied]:  # fmt: skip
     source_ctx = open_run(config, source_layout.run, source_layout.root, quiet=True)
     target_ctx = open_run(config, target_layout.run, target_layout.root, quiet=True)
+    before = load_saved_config(source_layout)
     write_text_atomic(config.to_yaml(), target_layout.config_path)
     copied = []
     for round_ in range(rounds):
         for stage in round_plan(config, round_):
             shared = _shareable(stage, source_ctx, target_ctx, round_)
-            if shared is not None:
-                _copy(stage, shared, source_ctx.store, target_ctx.store, round_)
-                copied.append((round_, stage.name))
+            if isinstance(shared, str):
+                changed = [p for p in stage.config if _value(before, p) != _value(config, p)]
+                why = f"the config changes {', '.join(changed)}" if shared.startswith("stale") and changed else shared
+                unshared.append(f"round {round_} {stage.name}: recomputed, {why}")
+                continue
+            _copy(stage, shared, source_ctx.store, target_ctx.store, round_)
+            copied.append((round_, stage.name))
         if len(copied) < sum(len(round_plan(config, r)) for r in range(round_ + 1)):
-            break  # a later round reads what this one computes (the merged dataset, the trained policy)
+            if round_ + 1 < rounds:  # a later round reads what this one computes (the dataset, the policy)
+                later = f"round {round_ + 1}" if round_ + 2 == rounds else f"rounds {round_ + 1}..{rounds - 1}"
+                unshared.append(f"{later}: recomputed, reads what round {round_}'s recomputed stages compute")
+            break
     return copied
 
 
-def _shareable(stage: StageDef, source: RunContext, target: RunContext, round_: int) -> Shared | None:
-    """(source manifest, target cache key) when the stage can be copied, else None."""
+def _value(config: CoevolveConfig, path: str) -> object:
+    try:
+        return config.select((path,))[path]
+    except KeyError:
+        return None
+
+
+def _shareable(stage: StageDef, source: RunContext, target: RunContext, round_: int) -> Shared | str:
+    """(source manifest, target cache key) when the stage can be copied, else why not."""
     manifest = source.store.manifest(round_, stage.name)
-    if manifest is None or not set(manifest.artifacts) <= FORKABLE:
-        return None
+    if manifest is None:
+        return f"'{source.run}' has not computed it"
+    if not set(manifest.artifacts) <= FORKABLE:
+        kept = ", ".join(sorted(set(manifest.artifacts) - FORKABLE))
+        return f"a fork copies no {kept} (only the rollout ledger, updates, evaluations and the seed dataset)"
     checkpoint = manifest.outputs.get("checkpoint")
-    if checkpoint is not None and not source.store.layout.checkpoint_at(checkpoint).is_dir():  # pruned
-        return None
+    if checkpoint is not None and not source.store.layout.checkpoint_at(checkpoint).is_dir():
+        return (f"its checkpoint ({checkpoint}) was pruned from '{source.run}' (train.keep_checkpoints keeps "
+                f"only the newest ones)")  # fmt: skip
     try:
         if is_cached(stage, source, round_, stage_key(stage, source, round_)) is None:
-            return None  # stale in the source, or the target's config changes it
+            return f"stale in '{source.run}' (an input or its code changed since it ran)"
         return manifest, stage_key(stage, target, round_)
     except ArtifactError:  # an input the source or the target lacks
-        return None
+        return "it reads a stage this fork does not copy"
 
 
 def _copy(stage: StageDef, shared: Shared, source: RunStore, target: RunStore, round_: int) -> None:
