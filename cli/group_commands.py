@@ -31,8 +31,15 @@ def env_list() -> None:
             env = envs.make(name)
             counts = ", ".join(f"{s} {len(env.tasks(s))}" for s in env.splits())
         except Exception as exc:  # an environment that needs a server or data not installed here
-            counts = f"not available ({str(exc).splitlines()[0]}); see `coevolve env check {name}`"
+            counts = f"not available ({first_sentence(str(exc))}); see `coevolve env check {name}`"
         typer.echo(f"{name}: {counts}")
+
+
+def first_sentence(text: str, limit: int = 140) -> str:
+    """The first sentence of `text`'s first line, at most `limit` characters (`env check` says the rest)."""
+    line = (text.strip().splitlines() or [""])[0]
+    sentence = line.split(". ", 1)[0].rstrip(".")
+    return sentence if len(sentence) <= limit else sentence[: limit - 1] + "…"
 
 
 @env_app.command("check")
