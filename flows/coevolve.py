@@ -121,15 +121,45 @@ def refresh_catalog(ctx: RunContext) -> None:
 
 
 def flow_run_label(parameters: dict[str, Any]) -> str:
-    """A `coevolve` flow run's name in Prefect: the run, and how far it goes ("demo +1 round", "demo to
-    round 4"), instead of a random pair of words; the config's stem when no run is named."""
+    """A `coevolve` flow run's name in Prefect: the run, and how far it goes ("demo +1 round (round 2)",
+    "demo +2 rounds (rounds 2..3)", "demo to round 4"), instead of a random pair of words; the config's stem
+    when no run is named."""
     spec = parameters.get("spec")
     named = spec.get("run") if isinstance(spec, dict) else getattr(spec, "run", None)
     run = parameters.get("run") or named or Path(parameters.get("config") or "run").stem
     more, rounds = parameters.get("more"), parameters.get("rounds")
     if more:
-        return f"{run} +{more} round{'s' if more != 1 else ''}"
+        start = finished_rounds(parameters, str(run))
+        span = "" if start is None else f" (round {start})" if more == 1 else f" (rounds {start}..{start + more - 1})"
+        return f"{run} +{more} round{'s' if more != 1 else ''}{span}"
     return f"{run} to round {rounds}" if rounds else str(run)
+
+
+def finished_rounds(parameters: dict[str, Any], run: str) -> int | None:
+    """For a flow run's name: the leading rounds of `run` whose update has a manifest and every stage
+    folder one (so `more` rounds start at this round); None when where the run lives cannot be told."""
+    import yaml
+
+    from coevolve.config import find_config
+    from coevolve.storage.layout import MANIFEST, RunLayout, storage_root
+
+    spec, config = parameters.get("spec"), parameters.get("config")
+    try:
+        if isinstance(spec, dict):  # as Prefect hands parameters over
+            configured, root = (spec.get("config") or {}).get("storage", {}).get("root"), spec.get("root")
+        elif spec is not None:
+            configured, root = spec.config.storage.root, spec.root
+        else:
+            saved = yaml.safe_load(find_config(config).read_text()) if config else None
+            configured, root = (saved or {}).get("storage", {}).get("root"), None
+        layout = RunLayout(storage_root(parameters.get("root") or root, configured), run)
+        done = 0
+        while layout.manifest_path(done, "grpo_update").is_file() and all(
+                (stage / MANIFEST).is_file() for stage in (layout.run_dir / f"round={done}").glob("stage=*")):  # fmt: skip
+            done += 1
+        return done
+    except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError):  # a name, never a failure
+        return None
 
 
 def _flow_run_name() -> str:

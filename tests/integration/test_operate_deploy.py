@@ -66,7 +66,8 @@ def test_served_deployment_runs_the_next_rounds(tmp_path, prefect_server):
         updates = query(root, "SELECT round, base_version, policy_version FROM updates ORDER BY round").to_pylist()
         assert updates[1]["base_version"] == updates[0]["policy_version"]
         runs = deployment_runs(prefect_server)
-        assert [(r["name"], r["state_type"]) for r in runs] == [("demo +1 round", "COMPLETED")] * 2
+        assert sorted((r["name"], r["state_type"]) for r in runs) == [("demo +1 round (round 0)", "COMPLETED"),
+                                                                       ("demo +1 round (round 1)", "COMPLETED")]
     finally:
         serve.kill()
     assert serve.proc.poll() is not None

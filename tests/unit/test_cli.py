@@ -316,11 +316,20 @@ def test_a_temporary_prefect_server_that_does_not_answer_names_the_way_out(monke
     assert "PREFECT_API_URL" not in __import__("os").environ
 
 
-def test_a_flow_run_is_named_after_its_run_and_how_far_it_goes():
+def test_a_flow_run_is_named_after_its_run_and_how_far_it_goes(tmp_path):
     from coevolve.flows.coevolve import flow_run_label
+    from coevolve.storage.layout import RunLayout
+    from coevolve.storage.manifest import Manifest
 
-    assert flow_run_label({"run": "demo", "more": 1}) == "demo +1 round"
-    assert flow_run_label({"run": "demo", "more": 3}) == "demo +3 rounds"
+    here = {"root": str(tmp_path)}
+    assert flow_run_label({**here, "run": "demo", "more": 1}) == "demo +1 round (round 0)"
+    layout = RunLayout(tmp_path, "demo")
+    for round_, stages in ((0, ("rollout", "grpo_update")), (1, ("rollout", "grpo_update")), (2, ("rollout",))):
+        for stage in stages:
+            Manifest(stage, "demo", round_, "k", 1).write(layout.manifest_path(round_, stage))
+    layout.stage_dir(1, "evaluate").mkdir()  # round 1 stopped in its evaluation: the next flow run redoes it
+    assert flow_run_label({**here, "run": "demo", "more": 1}) == "demo +1 round (round 1)"
+    assert flow_run_label({**here, "run": "demo", "more": 3}) == "demo +3 rounds (rounds 1..3)"
     assert flow_run_label({"config": "configs/test-tiny.yaml", "rounds": 4}) == "test-tiny to round 4"
     assert flow_run_label({"run": "demo"}) == "demo"
     assert flow_run_label({"spec": {"run": "handed", "config": {}}, "rounds": 2}) == "handed to round 2"
