@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastmcp import FastMCP
+from fastmcp.exceptions import ToolError
 from openenv.core.env_server.mcp_environment import MCPEnvironment
 from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
 from openenv.core.env_server.types import Action, Observation, State
@@ -70,7 +71,8 @@ class GoalRubric(Rubric):
 
 
 class InventoryEnvironment(MCPEnvironment):
-    """The stock room: `list_stock`, `add_stock`, `remove_stock`; one episode per instance at a time."""
+    """The stock room: `list_stock`, `add_stock`, `remove_stock`; one episode per instance at a time. A call
+    the room refuses raises FastMCP's `ToolError`: the agent reads its message, the log gets no traceback."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
@@ -96,7 +98,7 @@ class InventoryEnvironment(MCPEnvironment):
             """Remove `quantity` units of `item` (no more than it holds); returns the item's new count."""
             self._check_quantity(quantity)
             if self.stock.get(item, 0) < quantity:
-                raise ValueError(f"only {self.stock.get(item, 0)} units of {item!r} in stock")
+                raise ToolError(f"only {self.stock.get(item, 0)} units of {item!r} in stock")
             self.stock[item] -= quantity
             return {item: self.stock[item]}
 
@@ -107,7 +109,7 @@ class InventoryEnvironment(MCPEnvironment):
     @staticmethod
     def _check_quantity(quantity: int) -> None:
         if not 0 < quantity <= MAX_QUANTITY:
-            raise ValueError(f"quantity must be between 1 and {MAX_QUANTITY} (got {quantity})")
+            raise ToolError(f"quantity must be between 1 and {MAX_QUANTITY} (got {quantity})")
 
     def reset(self, seed: int | None = None, episode_id: str | None = None, stock: dict[str, int] | None = None,
               goal: dict[str, int] | None = None, **kwargs: Any) -> Observation:
