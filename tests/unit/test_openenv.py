@@ -194,3 +194,21 @@ def test_a_resource_session_factory_runs_episodes_and_verifies_through_its_verif
     for solution in ([[]], [[ToolCall(name="add_stock", arguments={"item": "bolt", "quantity": 1})]]):
         with pytest.raises(ValueError, match="reference calls reward 0.00"):
             env.derive_checker(reset, ["Add 3 bolts."], solution, [[]])
+
+
+def test_the_adapter_imports_no_openenv_until_an_episode_needs_it():
+    import subprocess
+    import sys
+
+    probe = "import sys, coevolve.envs.openenv.env; print(sorted({'openenv', 'fastmcp', 'torch'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_without_verification_a_candidate_the_environment_cannot_reset_is_derived_not_refused():
+    env = envs.make("openenv", environment="tests.fakes.openenv_inventory:GoalRequiredEnvironment")
+    no_goal = {"stock": {"bolt": 2}}
+    with pytest.raises(ValueError, match="reset rejected the task's arguments"):
+        env.derive_checker(no_goal, ["Add 3 bolts."], [[ToolCall(**ADD_3[0])]], [[]])
+    checker = env.derive_checker(no_goal, ["Add 3 bolts."], [[ToolCall(**ADD_3[0])]], [[]], strict=False)
+    assert (checker["reference_reward"], checker["idle_reward"]) == (0.0, 0.0)
