@@ -216,10 +216,15 @@ def evaluate(
     splits: Annotated[list[str] | None, typer.Option(
         "--split", help="Split to evaluate (repeatable; default: the run's eval.splits).")] = None,
     max_tasks: Annotated[int | None, typer.Option(help="At most this many tasks per split.")] = None,
+    baseline: Annotated[bool, typer.Option(
+        "--baseline", help="Also score the initial policy (the base model) on the same tasks, once per task "
+                           "set; with the round's checkpoint pruned, only it.")] = False,
     root: RootOption = None,
 ) -> None:
     """Evaluate a run's policy on tasks it never met: drawn with another environment seed, or of another
-    environment (--env); the rows go to ROOT/evaluations/RUN/, outside the run (flows/reevaluate.py)."""
+    environment (--env); progress goes to stderr; the results go to ROOT/evaluations/RUN/, outside the run, as
+    the `evaluations` artifact that `coevolve sql`, `coevolve runs` and the web view show
+    (flows/reevaluate.py)."""
     from coevolve.flows.reevaluate import reevaluate
     from coevolve.flows.runs import load_saved_config
     from coevolve.stages.run_context import open_run
@@ -241,16 +246,28 @@ def evaluate(
         seed = {} if env_seed is None else {"seed": env_seed}
         options = seed if other else {**cfg.env.options, **seed}
         quiet_libraries()
-        summary = reevaluate(open_run(cfg, layout.run, layout.root), round_=round_, options=options,
-                             splits=wanted, max_tasks=max_tasks, root=layout.root, env=env)  # fmt: skip
+        found = reevaluate(open_run(cfg, layout.run, layout.root), round_=round_, options=options,
+                           splits=wanted, max_tasks=max_tasks, root=layout.root, env=env, baseline=baseline,
+                           report=lambda line: typer.echo(line, err=True))  # fmt: skip
     except (*user_errors(), ValueError) as exc:
         fail(str(exc))
-    each = f", {summary['samples']} sampled episodes each" if summary["samples"] > 1 else ""
-    where = summary["env"] + (f", env seed {env_seed}" if env_seed is not None else "")
-    for split, success in summary["success"].items():
-        typer.echo(f"{split}: success {success:.1%} of {summary['tasks'][split]} tasks{each} "
-                   f"(policy after round {summary['round']}, {where})")  # fmt: skip
-    typer.echo(f"rows in {summary['folder']}/")
+    scored, base = found["round"], found["baseline"]
+    if found["pruned"]:
+        typer.echo(found["pruned"].split(";")[0] + "; scored the initial policy only")
+    any_summary = scored or base
+    each = f", {any_summary['samples']} sampled episodes each" if any_summary["samples"] > 1 else ""
+    where = any_summary["env"] + (f", env seed {env_seed}" if env_seed is not None else "")
+    for split, count in any_summary["tasks"].items():
+        figures = [(f"{s['success'][split]:.1%}", f"policy after round {s['round']}" if s is scored else
+                    "initial policy") for s in (scored, base) if s]  # fmt: skip
+        if len(figures) == 1:
+            typer.echo(f"{split}: success {figures[0][0]} of {count} tasks{each} ({figures[0][1]}, {where})")
+        else:
+            typer.echo(f"{split}: success {' vs '.join(f'{v} ({who})' for v, who in figures)} on the same "
+                       f"{count} tasks{each} ({where})")
+    for summary in (scored, base):
+        if summary:
+            typer.echo(f"rows in {summary['folder']}/")
 
 
 @app.command("update-worker")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from coevolve.config import SIGNAL_KINDS
+from coevolve.flows.evaluations import newest_evaluation
 from coevolve.flows.evolution_counts import STATUSES, CandidateCounts
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.parquet import ArtifactError
@@ -140,7 +141,8 @@ def _run_row(store: RunStore) -> dict[str, Any] | None:
     return {"run": store.run, "rounds": len(rounds), "dataset": metrics[-1]["dataset_size"],
             "train": None if metrics[-1]["train_success"] is None else f"{metrics[-1]['train_success']:.0%}",
             "held-out": ", ".join(f"{k.removesuffix('_success')} {v:.0%}" for k, v in last_eval.items()),
-            "eval round": evals[-1]["round"] if evals else None}  # fmt: skip
+            "eval round": evals[-1]["round"] if evals else None,
+            "fresh-task eval": newest_evaluation(store.layout.root, store.run)}  # fmt: skip
 
 
 def _fmt(value: Any) -> str:

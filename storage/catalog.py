@@ -51,15 +51,26 @@ CATALOG_FOLDER = "coalesce(getvariable('coevolve_runs'), parse_dirpath(current_s
 """SQL for the persisted catalog's folder, evaluated by whoever queries a view (see the module docstring)."""
 
 
+EVALUATIONS_FOLDER = "evaluations"
+"""Where `coevolve eval` writes (`flows/reevaluate.py`), beside the runs and never into one (one writer per
+run), in the same `run=/round=/stage=` layout; the `evaluations` view reads it."""
+
+
+def relative_glob(artifact: str) -> str:
+    """The glob of an artifact's files relative to the root: every run's stage folders (`evaluations`: those
+    under `EVALUATIONS_FOLDER`)."""
+    relative = Path("run=*") / "round=*" / "stage=*" / f"{artifact}.parquet"
+    return str(EVALUATIONS_FOLDER / relative if artifact == "evaluations" else relative)
+
+
 def artifact_glob(root: Path | None, artifact: str) -> str:
     """The glob of an artifact's files under `root` (absolute), or relative to the root when None."""
-    relative = Path("run=*") / "round=*" / "stage=*" / f"{artifact}.parquet"
-    return str(relative if root is None else root.resolve() / relative)
+    return relative_glob(artifact) if root is None else str(root.resolve() / relative_glob(artifact))
 
 
 def present_artifacts(root: Path) -> list[str]:
     """Artifacts that have at least one file under `root` (a view over an empty glob would fail)."""
-    return [name for name in ARTIFACTS if any(root.glob(f"run=*/round=*/stage=*/{name}.parquet"))]
+    return [name for name in ARTIFACTS if any(root.glob(relative_glob(name)))]
 
 
 def unreadable_reason(path: Path) -> str | None:
@@ -91,7 +102,7 @@ class ArtifactFiles:
     def scan(cls, root: Path) -> ArtifactFiles:
         readable, unreadable = {}, []
         for name in ARTIFACTS:
-            for path in sorted(root.resolve().glob(f"run=*/round=*/stage=*/{name}.parquet")):
+            for path in sorted(root.resolve().glob(relative_glob(name))):
                 found = readable.setdefault(name, []) if unreadable_reason(path) is None else unreadable
                 found.append(path)
         return cls(readable, unreadable)

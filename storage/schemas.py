@@ -101,6 +101,22 @@ EVALS = _schema(
     pa.field("success", pa.bool_(), nullable=False),
 )
 
+EVALUATIONS = _schema(
+    1,
+    pa.field("env", pa.string(), nullable=False),  # the environment the tasks are of
+    pa.field("env_options", pa.string(), nullable=False),  # JSON, the options it was made with
+    pa.field("env_seed", pa.int64()),  # its `seed` option; null when not given
+    pa.field("split", pa.string(), nullable=False),
+    pa.field("tasks_key", pa.string(), nullable=False),  # equal keys: the same tasks, scored the same way
+    pa.field("tasks", pa.int32(), nullable=False),
+    pa.field("episodes", pa.int32(), nullable=False),
+    pa.field("policy_version", pa.string(), nullable=False),  # round -1: the initial policy, the baseline
+    pa.field("greedy", pa.bool_(), nullable=False),
+    pa.field("samples", pa.int32(), nullable=False),  # episodes per task
+    pa.field("success", pa.float64(), nullable=False),  # mean over episodes
+    pa.field("reward", pa.float64(), nullable=False),
+)
+
 TASKS = _schema(
     1,
     pa.field("task_id", pa.string(), nullable=False),
@@ -213,6 +229,7 @@ ARTIFACTS: dict[str, pa.Schema] = {
     "samples": SAMPLES,
     "updates": UPDATES,
     "evals": EVALS,
+    "evaluations": EVALUATIONS,
     "tasks": TASKS,
     "datasets": DATASETS,
     "signals": SIGNALS,

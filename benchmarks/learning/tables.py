@@ -158,7 +158,9 @@ def rescored(root: Path, names: Sequence[str]) -> pl.DataFrame:
     the policy's success on tasks of other environment options that no run used."""
     rows = []
     for name in names:
-        for path in sorted((root / "evaluations" / name).glob("round=*/evaluation.json")):
+        found = [*(root / "evaluations" / name).glob("round=*/evaluation.json"),  # as written before the artifact
+                 *(root / "evaluations" / f"run={name}").glob("round=[0-9]*/stage=*/evaluation.json")]  # not baselines
+        for path in sorted(found):
             summary = json.loads(path.read_text())
             for split, success in summary["success"].items():
                 rows.append({"run": name, "round": summary["round"], "env": summary["env"],

@@ -118,7 +118,7 @@ def test_runs_lists_rounds_dataset_size_and_success(evolved_run):
     heldout = query(root, "SELECT avg(success::INT) AS s FROM evals "
                           "WHERE stage = 'evaluate' AND round = 1").to_pylist()[0]["s"]
     assert row == {"run": "evo", "rounds": 2, "dataset": size, "train": f"{train:.0%}",
-                   "held-out": f"test {heldout:.0%}", "eval round": 1}
+                   "held-out": f"test {heldout:.0%}", "eval round": 1, "fresh-task eval": None}
     result = CliRunner().invoke(app, ["runs", "--root", str(root)], terminal_width=160)
     assert result.exit_code == 0 and "evo" in result.output and str(size) in result.output
 
