@@ -11,7 +11,7 @@ Episodes are the project's (token-in/token-out, `agents.episodes`); this adapter
 resets an OpenEnv session with the task's reset arguments and offers its `list_tools`; a reply's tool
 calls go through `call_tool` one by one; a reply without tool syntax ends the user turn; `evaluate` reads
 the environment's own reward (`sessions`). With `tasks` left empty the environment's own task source
-(`list_splits`/`list_tasks`, in process) gives the tasks.
+(`list_splits`/`list_tasks`, in process or through its server's Task API) gives the tasks.
 
 Synthesized tasks (`TaskSynthesis`): a candidate is reset arguments plus reference calls. Its checker is
 derived by the environment itself: the reference calls replayed in a fresh session must earn a successful
@@ -46,6 +46,7 @@ from coevolve.envs.openenv.sessions import (
     HarnessSession,
     LocalSession,
     ServedSession,
+    ServedTasks,
     Session,
     check_server,
     load_attribute,
@@ -71,7 +72,7 @@ class OpenEnvOptions(EnvOptions):
     (`http://127.0.0.1:8000`); or leave it empty and name `environment`."""
     tasks: str = ""
     """Extension, not the paper's: a JSONL or Parquet file of tasks (reset arguments and prompts,
-    `envs.openenv.tasks`); empty: the in-process environment's own task source."""
+    `envs.openenv.tasks`); empty: the environment's own task source (`list_splits`/`list_tasks`)."""
     max_steps_per_turn: Annotated[int, Field(ge=1, le=1000)] = 6
     """Tool-calling steps a user turn may take before it ends unanswered."""
 
@@ -103,8 +104,6 @@ class OpenEnvEnv(Environment, TaskSynthesis):
         if bool(environment) == bool(url):
             raise OptionError("env.options: name exactly one of environment (an import path, in process) or url "
                               "(its OpenEnv server)")  # fmt: skip
-        if url and not tasks:
-            raise OptionError("env.options.tasks: a served environment needs a task file (JSONL or Parquet)")
         try:
             self._factory = load_attribute(environment) if environment else None
             if url:
@@ -122,6 +121,11 @@ class OpenEnvEnv(Environment, TaskSynthesis):
         if self._splits is None:
             if self.options.tasks:
                 self._splits = read_tasks(Path(self.options.tasks))
+            elif self._factory is None:
+                try:
+                    self._splits = provided_tasks(ServedTasks(self.options.url))
+                except ValueError as exc:
+                    raise OptionError(f"env.options.tasks: {exc}") from None
             else:
                 source = self._factory() if isinstance(self._factory, type) or not hasattr(self._factory, "create") \
                     else self._factory  # fmt: skip

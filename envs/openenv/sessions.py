@@ -76,6 +76,32 @@ def check_server(url: str) -> None:
         raise ValueError(f"{url}/health answered HTTP {response.status_code}, not an OpenEnv server's 200")
 
 
+class ServedTasks:
+    """A server's own task source: OpenEnv's Task API routes (`/list_environments`, `/{name}/splits`,
+    `/{name}/tasks`), read over `coevolve.loopback.http_client`; ValueError in one line when it has none."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url.rstrip("/")
+        self._name = self._get("list_environments")[0]
+
+    def _answer(self, method: str, route: str, **body: Any) -> Any:
+        with http_client(self._url, timeout=REPLY_TIMEOUT_S) as client:
+            response = client.request(method, route, **({"json": body} if body else {}))
+        if response.status_code != 200:
+            raise ValueError(f"{self._url}/{route} answered HTTP {response.status_code}: the server lists no tasks "
+                             "of its own (OpenEnv's Task API); name a task file")  # fmt: skip
+        return response.json()
+
+    def _get(self, route: str) -> Any:
+        return self._answer("GET", route)
+
+    def list_splits(self) -> list[Any]:
+        return self._get(f"{self._name}/splits")
+
+    def list_tasks(self, split: str) -> list[Any]:
+        return self._answer("POST", f"{self._name}/tasks", split=split)["tasks"]
+
+
 def tool_schema(tool: Any) -> dict[str, Any]:
     """An MCP tool (object or dict: name, description, input_schema) in OpenAI function format; ValueError
     naming the tool when its schema is not a JSON-schema object."""

@@ -68,6 +68,13 @@ def test_served_episodes_match_the_in_process_ones(served, tokenizer):
         assert served_rows == local_rows  # the same tokens, the same rewards
 
 
+def test_without_a_task_file_the_server_s_own_tasks_are_read(served):
+    url, task_file = served
+    own, listed = envs.make("openenv", url=url), envs.make("openenv", url=url, tasks=str(task_file))
+    assert {s: len(own.tasks(s)) for s in own.splits()} == {"train": 16, "test": 6}
+    assert [t.id for t in own.tasks("test")] == [t.id for t in listed.tasks("test")]
+
+
 def test_served_tool_errors_are_tool_messages(served):
     url, task_file = served
     env = envs.make("openenv", url=url, tasks=str(task_file))

@@ -131,7 +131,6 @@ def test_the_environment_refuses_what_its_verify_does_not_pass(calls, reset, rea
     ({"environment": "not-an-import-path"}, "not an import path"),
     ({}, "name exactly one of environment"),
     ({"url": "http://127.0.0.1:{port}", "tasks": "tasks.jsonl"}, "env.options.url: no OpenEnv server answers at"),
-    ({"url": "http://127.0.0.1:{port}"}, "env.options.tasks: a served environment needs a task file"),
 ])  # fmt: skip
 def test_bad_options_are_one_line_naming_the_option(options, named):
     options = {k: v.format(port=free_port()) for k, v in options.items()}
