@@ -14,19 +14,19 @@ import datetime
 import json
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import duckdb
 import jinja2
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from coevolve.storage.parquet import ArtifactError
 from coevolve.ui import queries
-from coevolve.ui.charts import count_bars, curves
+from coevolve.ui.charts import VERDICT_COLOURS, count_bars, curves
 from coevolve.ui.evidence import evidence_rows
 from coevolve.ui.host_guard import HostGuard
 from coevolve.ui.lineage import task_page
@@ -103,7 +103,8 @@ class Pages:
         metrics = queries.round_metrics(self.reader, [run])
         rounds = self.reader.layout(run).rounds()
         return self.render(request, "run.html", run=run, rounds=rounds, metrics=metrics[run],
-                           charts=curves(metrics), config=self.reader.config(run))  # fmt: skip
+                           charts=curves(metrics), config=self.reader.config(run),
+                           evaluations=queries.fresh_evaluations(self.reader, run))  # fmt: skip
 
     def round(self, request: Request) -> HTMLResponse:
         run, round_ = self._run(request), int(request.path_params["round"])
@@ -115,26 +116,27 @@ class Pages:
                            episodes=episodes, page=page, source=source,
                            sources=queries.round_sources(self.reader, run, round_))  # fmt: skip
 
-    def trajectory(self, request: Request) -> HTMLResponse:
+    def trajectory(self, request: Request) -> Response:
         run, trajectory_id = self._run(request), request.path_params["trajectory_id"]
         found = trajectory_page(self.reader, run, trajectory_id)
         if found is None:
-            raise LookupError(f"run {run!r} has no trajectory {trajectory_id!r}")
+            return self.by_prefix(request, run, "trajectory", ("trajectories",), trajectory_id)
         return self.render(request, "trajectory.html", run=run, **found)
 
     def signals(self, request: Request) -> HTMLResponse:
         run, kind = self._run(request), request.query_params.get("kind") or None
         rows, page = queries.signal_rows(self.reader, run, kind, _page(request))
-        counts = queries.signal_counts(self.reader, run)
-        chart = count_bars("signals", "signals per round, by kind", counts, queries.SIGNAL_KINDS)
-        return self.render(request, "signals.html", run=run, kind=kind, kinds=queries.SIGNAL_KINDS, rows=rows,
+        kinds = queries.signal_kinds(self.reader, run)
+        counts = queries.signal_counts(self.reader, run, kinds)
+        chart = count_bars("signals", "signals per round, by kind", counts, kinds)
+        return self.render(request, "signals.html", run=run, kind=kind, kinds=kinds, rows=rows,
                            page=page, counts=counts, chart=chart)  # fmt: skip
 
     def verifications(self, request: Request) -> HTMLResponse:
         run, outcome = self._run(request), request.query_params.get("outcome") or None
         rows, page = queries.candidate_rows(self.reader, run, outcome, _page(request))
         counts = queries.verification_counts(self.reader, run)
-        chart = count_bars("outcomes", "verification verdicts per round", counts, queries.OUTCOMES)
+        chart = count_bars("outcomes", "verification verdicts per round", counts, queries.OUTCOMES, VERDICT_COLOURS)
         return self.render(request, "verifications.html", run=run, outcome=outcome, rows=rows, page=page,
                            counts=counts, chart=chart, outcomes=(*queries.OUTCOMES, "unverified"))  # fmt: skip
 
@@ -147,8 +149,21 @@ class Pages:
         run, task_id = self._run(request), request.path_params["task_id"]
         found = task_page(self.reader, run, task_id)
         if found["task"] is None and not found["use"]:
-            raise LookupError(f"run {run!r} has no task {task_id!r}")
+            return self.by_prefix(request, run, "task", ("tasks", "trajectories"), task_id)
         return self.render(request, "task.html", run=run, task_id=task_id, **found)
+
+    def by_prefix(self, request: Request, run: str, what: str, views: tuple[str, ...], prefix: str) -> Response:
+        """An id prefix, as `coevolve show` takes one: the page of the one id it starts, a list of the ids
+        when several match, 404 when none does."""
+        column = f"{what}_id"
+        ids = queries.ids_starting(self.reader, run, views, column, prefix)
+        if not ids:
+            raise LookupError(f"run {run!r} has no {what} whose id is or starts with {prefix!r}")
+        folder = "trajectories" if what == "trajectory" else "tasks"
+        if len(ids) == 1:
+            return RedirectResponse(f"/runs/{quote(run)}/{folder}/{quote(ids[0], safe='')}", status_code=302)
+        return self.render(request, "ids.html", run=run, what=what, folder=folder, prefix=prefix,
+                           ids=ids[: queries.MAX_MATCHES], more=len(ids) > queries.MAX_MATCHES)  # fmt: skip
 
     def _run(self, request: Request) -> str:
         run = request.path_params["run"]

@@ -7,8 +7,12 @@ A spec is JSON: {key, title, kind, y, x, series, references}.
 - `y`: "fraction" (drawn 0-100%), "count" (from zero, whole-number ticks) or "value" (fitted to the data).
 - `x`: the integer rounds with data; charts.js spans exactly those (half a round either side, so one
   round is a point in the middle, not at the edge of a 0-100 axis) and labels whole rounds only.
+- `series`: each {label, values, colour}: a run's colour from `PALETTE` by its place, a verdict's its
+  meaning's (`VERDICT_COLOURS`: accept green, retain amber, discard grey), so no discard is drawn green.
 - `references`: dashed horizontal lines, each {label, value, series} (`series`: whose colour). The
-  held-out chart has one per run: its zero-shot success, the initial policy's before any training.
+  held-out chart has one per run: its zero-shot success, the initial policy's before any training. Their
+  labels are the figure's legend (`macros.chart`), never text on the plot, where two runs' labels would
+  overlap each other and the points near them.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from typing import Any
 
 from coevolve.ui.queries import CURVES
 
+PALETTE = ("#2277cc", "#d9480f", "#2b8a3e", "#862e9c", "#e67700", "#0b7285", "#c2255c", "#5f3dc4")
+VERDICT_COLOURS = {"accept": "#2b8a3e", "retain": "#e0a100", "discard": "#868e96"}
 FRACTIONS = {"train_success", "heldout_success"}
 COUNTS = {"dataset_size"}
 
@@ -51,13 +57,18 @@ def zero_shot_lines(metrics: dict[str, dict[int, dict[str, Any]]]) -> list[dict[
     return lines
 
 
-def count_bars(key: str, title: str, rows: list[dict[str, Any]], labels: tuple[str, ...]) -> dict[str, Any]:
-    """Bars of per-round counts: `rows` hold `round` and one column per label (missing: 0)."""
-    series = [{"label": label, "values": [int(r.get(label) or 0) for r in rows]} for label in labels]
+def count_bars(key: str, title: str, rows: list[dict[str, Any]], labels: tuple[str, ...],
+               colours: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Bars of per-round counts: `rows` hold `round` and one column per label (missing: 0); `colours`: a
+    label's own colour (others take the palette's)."""
+    series = [{"label": label, "values": [int(r.get(label) or 0) for r in rows],
+               **({"colour": colours[label]} if colours and label in colours else {})} for label in labels]  # fmt: skip
     return chart(key, title, "bars", "count", [int(r["round"]) for r in rows], series, [])
 
 
 def chart(key: str, title: str, kind: str, y: str, x: list[int], series: list[dict], references: list[dict]) -> dict:
+    """The spec; every series without a colour gets the palette's by its place."""
+    series = [{**s, "colour": s.get("colour") or PALETTE[i % len(PALETTE)]} for i, s in enumerate(series)]
     return {"key": key, "title": title, "kind": kind, "y": y, "x": x, "series": series, "references": references}
 
 

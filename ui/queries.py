@@ -9,6 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from coevolve.config import SIGNAL_KINDS
 from coevolve.ui.lineage import candidate_label
 from coevolve.ui.reader import RunsReader
 
@@ -22,8 +23,9 @@ CURVES = {
     "dataset_size": "dataset size |D_v| (trained on from round v)",
 }
 """Chart key -> title; the keys are columns of `round_metrics` (drawn by `ui.charts`)."""
-SIGNAL_KINDS = ("forgetting", "boundary", "rare")
 OUTCOMES = ("accept", "retain", "discard")
+MAX_MATCHES = 50
+"""Ids listed at most for an id prefix that matches several."""
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,18 @@ def round_metrics(reader: RunsReader, runs: list[str]) -> dict[str, dict[int, di
         for row in reader.rows(sql, params):
             run, round_ = row.pop("run"), int(row.pop("round"))
             out[run][round_].update(row)
-    return {run: dict(sorted(rounds.items())) for run, rounds in out.items()}
+    return {run: _trained_on(dict(sorted(rounds.items()))) for run, rounds in out.items()}
+
+
+def _trained_on(rounds: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """`dataset_size` of every round that trained: that of the newest version it drew from (D_v is used from
+    round v on, and a round with no merge before it draws from the last version written)."""
+    versions = sorted((r, m["dataset_size"]) for r, m in rounds.items() if m.get("dataset_size") is not None)
+    for round_, metrics in rounds.items():
+        older = [size for version, size in versions if version <= round_]
+        if metrics.get("dataset_size") is None and metrics.get("train_episodes") and older:
+            metrics["dataset_size"] = older[-1]
+    return rounds
 
 
 def runs_overview(reader: RunsReader, runs: list[str], metrics: dict) -> list[dict[str, Any]]:
@@ -122,13 +135,25 @@ def round_sources(reader: RunsReader, run: str, round_: int) -> list[str]:
     return [r["source"] for r in rows]
 
 
-def signal_counts(reader: RunsReader, run: str) -> list[dict[str, Any]]:
-    """Per round: signals of each kind and the tasks they mark."""
+def signal_kinds(reader: RunsReader, run: str) -> tuple[str, ...]:
+    """The paper's signal kinds, then every other kind the run's signals hold (an extension's), by name."""
+    if not reader.has("signals"):
+        return SIGNAL_KINDS
+    found = [r["kind"] for r in reader.rows("SELECT DISTINCT kind FROM signals WHERE run = ? ORDER BY kind", [run])]
+    return (*SIGNAL_KINDS, *(kind for kind in found if kind not in SIGNAL_KINDS))
+
+
+def signal_counts(reader: RunsReader, run: str, kinds: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Per round: signals of each of `kinds` (0 where none) and the tasks they mark."""
     if not reader.has("signals"):
         return []
-    kinds = ", ".join(f"count(*) FILTER (WHERE kind = '{k}') AS {k}" for k in SIGNAL_KINDS)
-    return reader.rows(f"""SELECT round, {kinds}, count(*) AS signals, count(DISTINCT task_id) AS tasks
-                           FROM signals WHERE run = ? GROUP BY round ORDER BY round""", [run])
+    by_kind: dict[int, dict[str, int]] = defaultdict(dict)
+    for r in reader.rows("SELECT round, kind, count(*) AS n FROM signals WHERE run = ? GROUP BY ALL", [run]):
+        by_kind[r["round"]][r["kind"]] = r["n"]
+    rows = reader.rows("""SELECT round, count(*) AS signals, count(DISTINCT task_id) AS tasks FROM signals
+                          WHERE run = ? GROUP BY round ORDER BY round""", [run])  # fmt: skip
+    return [{"round": r["round"], **{kind: by_kind[r["round"]].get(kind, 0) for kind in kinds},
+             "signals": r["signals"], "tasks": r["tasks"]} for r in rows]  # fmt: skip
 
 
 def signal_rows(reader: RunsReader, run: str, kind: str | None, page: int) -> tuple[list, Page]:
@@ -225,3 +250,33 @@ def synthesized_tasks(reader: RunsReader, run: str, page: int) -> tuple[list, Pa
         [run, at.per_page, at.offset, *extra],
     )
     return rows, at
+
+
+def fresh_evaluations(reader: RunsReader, run: str) -> list[dict[str, Any]]:
+    """The run's `coevolve eval` results (the `evaluations` view), a row per policy, environment, seed and
+    split, each beside the initial policy's success on the same tasks when that was scored (round -1)."""
+    if not reader.has("evaluations"):
+        return []
+    return reader.rows(
+        """SELECT e.round, e.env, e.env_seed, e.split, e.tasks, e.samples, e.success, e.policy_version,
+                  e.tasks_key, b.success AS initial_success
+           FROM evaluations e LEFT JOIN evaluations b ON b.run = e.run AND b.round = -1 AND e.round >= 0
+                AND b.tasks_key = e.tasks_key AND b.split = e.split
+           WHERE e.run = ? AND (e.round >= 0 OR NOT EXISTS (
+                 SELECT 1 FROM evaluations o WHERE o.run = e.run AND o.round >= 0 AND o.tasks_key = e.tasks_key))
+           ORDER BY e.env, e.env_seed NULLS FIRST, e.split, e.round""",
+        [run],
+    )
+
+
+def ids_starting(reader: RunsReader, run: str, views: tuple[str, ...], column: str, prefix: str) -> list[str]:
+    """The distinct ids of `column` in `views` of the run that start with `prefix` (at most `MAX_MATCHES` + 1,
+    so a caller can tell that there are more), as `coevolve show` matches them."""
+    present = [view for view in views if reader.has(view)]
+    if not present or not prefix:
+        return []
+    union = " UNION ".join(f"SELECT {column} AS id FROM {view} WHERE run = ? AND starts_with({column}, ?)"
+                           for view in present)  # fmt: skip
+    params = [value for _ in present for value in (run, prefix)]
+    rows = reader.rows(f"SELECT DISTINCT id FROM ({union}) ORDER BY id LIMIT ?", [*params, MAX_MATCHES + 1])
+    return [r["id"] for r in rows]

@@ -5,7 +5,11 @@ A rollout episode has a `samples` row: every token of the episode (`input_ids`) 
 tokens the policy generated, 0 on prompt, user turns and tool results). The page shows them as runs of
 policy and masked tokens. The text of each run is decoded with the `tokenizer.json` the run saved with
 its checkpoints (the Rust `tokenizers` library: loading it takes milliseconds, no model and no
-transformers import); without one the page shows each run's length only.
+transformers import); without one the page shows each run's length only. The pane opens on what was
+trained: the masked tokens before the first policy token (system prompt, first user turn) are collapsed,
+each policy token is its own span titled with its sampled log-prob (`samples.logprobs`), a table lists
+them, and the sample's GRPO advantage is recomputed from its group's rewards as `rl.advantages` computes
+it under the run's `train.scale_rewards` (it applies to every token of the sample).
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ from coevolve.ui.reader import RunsReader
 
 MAX_DECODED = 200_000
 """Tokens decoded at most per trajectory (beyond, runs show their lengths)."""
+MAX_PER_TOKEN = 4_000
+"""Policy tokens shown one by one with their log-probs at most (beyond, as runs)."""
+ADVANTAGE_EPS = 1e-6
+"""`rl.advantages.group_advantages`' eps, added to the std before dividing."""
 
 
 def find_trajectory(reader: RunsReader, run: str, trajectory_id: str) -> dict[str, Any] | None:
@@ -70,23 +78,61 @@ def load_tokenizer(path: Path | None) -> Any | None:
 
 
 def sample_tokens(reader: RunsReader, run: str, round_: int, trajectory_id: str) -> dict[str, Any] | None:
-    """Token counts and policy/masked runs of the episode's sample; None when it has no sample (an
-    evaluation, exploration or verification episode is never trained on)."""
+    """Token counts, policy/masked runs (each policy token with its log-prob, the leading masked run marked
+    `collapsed`) and the advantage of the episode's sample; None when it has no sample (an evaluation,
+    exploration or verification episode is never trained on)."""
     if not reader.has("samples"):
         return None
-    row = reader.one("""SELECT input_ids, loss_mask, num_tokens, num_policy_tokens, policy_version FROM samples
-                        WHERE run = ? AND round = ? AND trajectory_id = ? LIMIT 1""", [run, round_, trajectory_id])  # fmt: skip
+    row = reader.one("""SELECT input_ids, loss_mask, logprobs, num_tokens, num_policy_tokens, policy_version, reward,
+                               group_id FROM samples WHERE run = ? AND round = ? AND trajectory_id = ? LIMIT 1""",
+                     [run, round_, trajectory_id])  # fmt: skip
     if row is None:
         return None
-    ids, mask = row["input_ids"], row["loss_mask"]
+    ids, mask, logprobs = row["input_ids"], row["loss_mask"], row["logprobs"] or []
     path = reader.tokenizer_file(run)
     tokenizer = load_tokenizer(path) if len(ids) <= MAX_DECODED else None
-    spans = [{"policy": policy, "count": end - start,
-              "text": tokenizer.decode(ids[start:end], skip_special_tokens=False) if tokenizer else None}
-             for start, end, policy in token_spans(ids, mask)]  # fmt: skip
+    one_by_one = int(sum(mask)) <= MAX_PER_TOKEN
+    spans, policy_tokens = [], []
+    for start, end, policy in token_spans(ids, mask):
+        span = {"policy": policy, "count": end - start, "collapsed": not policy and not policy_tokens and start == 0,
+                "text": tokenizer.decode(ids[start:end], skip_special_tokens=False) if tokenizer else None}  # fmt: skip
+        if policy and one_by_one:
+            span["tokens"] = [{"position": i, "id": ids[i], "logprob": _at(logprobs, i),
+                               "text": tokenizer.decode([ids[i]], skip_special_tokens=False) if tokenizer else None}
+                              for i in range(start, end)]  # fmt: skip
+            policy_tokens += span["tokens"]
+        spans.append(span)
     return {"total": len(ids), "policy": int(sum(mask)), "masked": len(ids) - int(sum(mask)), "spans": spans,
             "tokenizer": str(path.relative_to(reader.root)) if tokenizer and path else None,
-            "policy_version": row["policy_version"]}  # fmt: skip
+            "policy_version": row["policy_version"], "policy_tokens": policy_tokens,
+            "advantage": sample_advantage(reader, run, round_, row)}  # fmt: skip
+
+
+def _at(values: list[float], index: int) -> float | None:
+    return float(values[index]) if index < len(values) else None
+
+
+def sample_advantage(reader: RunsReader, run: str, round_: int, row: dict[str, Any]) -> dict[str, Any]:
+    """The sample's advantage as the update computed it (`rl.advantages.group_advantages`): its reward less
+    its group's mean, over the group's population std (`group`), the round's (`batch`) or 1 (`none`); 0 for
+    a group whose rewards are all equal. With the figures it came from."""
+    scale = ((reader.config(run).get("train") or {}).get("scale_rewards")) or "group"
+    rewards = [r["reward"] for r in reader.rows(
+        "SELECT reward FROM samples WHERE run = ? AND round = ? AND group_id = ?", [run, round_, row["group_id"]])]
+    mean = sum(rewards) / len(rewards)
+    spread = rewards if scale == "group" else [r["reward"] for r in reader.rows(
+        "SELECT reward FROM samples WHERE run = ? AND round = ?", [run, round_])] if scale == "batch" else []
+    std = _population_std(spread) if spread else None
+    flat = max(rewards) == min(rewards)
+    centred = row["reward"] - mean
+    value = 0.0 if flat else centred / (std + ADVANTAGE_EPS) if std is not None else centred
+    return {"value": value, "reward": row["reward"], "group_mean": mean, "group_size": len(rewards),
+            "std": std, "scale": scale}  # fmt: skip
+
+
+def _population_std(values: list[float]) -> float:
+    mean = sum(values) / len(values)
+    return (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
 
 
 def trajectory_page(reader: RunsReader, run: str, trajectory_id: str) -> dict[str, Any] | None:

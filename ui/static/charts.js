@@ -1,6 +1,7 @@
 // Draw every chart of the page with uPlot (vendored beside this file). Each <figure class="chart"> holds its
 // spec as JSON (ui/charts.py): {title, kind: "lines" | "bars", y: "fraction" | "count" | "value",
-// x: [rounds], series: [{label, values}], references: [{label, value, series}]}; a value may be null.
+// x: [rounds], series: [{label, values, colour}], references: [{label, value, series}]}; a value may be null.
+// A reference is drawn in its series' colour; its label is the figure's legend, not text on the plot.
 //
 // The round axis spans the rounds of the data, half a round either side (one round included), and is
 // labelled at whole rounds only. Counts are grouped bars from zero; a reference is a dashed horizontal line.
@@ -11,8 +12,9 @@
   const TICK_ROOM_PX = 48;
   const BAR_MAX_PX = 40;
 
-  function colour(i) {
-    return palette[i % palette.length];
+  function colour(i, spec) {
+    const given = spec && spec.series[i] && spec.series[i].colour;
+    return given || palette[i % palette.length];
   }
 
   // Whole numbers from ceil(min) to floor(max), every `step` (the smallest of STEPS that leaves room).
@@ -52,9 +54,9 @@
   function seriesOf(spec, counter) {
     const bars = spec.kind === "bars";
     return spec.series.map((s, i) => (bars
-      ? { label: s.label, stroke: colour(i), fill: colour(i) + "cc", width: 1, points: { show: false },
+      ? { label: s.label, stroke: colour(i, spec), fill: colour(i, spec) + "cc", width: 1, points: { show: false },
           paths: groupedBars(i, spec.series.length, counter) }
-      : { label: s.label, stroke: colour(i), width: 2, spanGaps: true, points: { show: true, size: 6 } }));
+      : { label: s.label, stroke: colour(i, spec), width: 2, spanGaps: true, points: { show: true, size: 6 } }));
   }
 
   function yScale(spec) {
@@ -73,18 +75,15 @@
     return (u) => {
       const ctx = u.ctx, left = u.bbox.left, right = u.bbox.left + u.bbox.width;
       ctx.save();
-      ctx.font = Math.round(11 * devicePixelRatio) + "px system-ui, sans-serif";
-      ctx.textAlign = "right";
       (spec.references || []).forEach((r) => {
         const y = u.valToPos(r.value, "y", true);
-        ctx.strokeStyle = ctx.fillStyle = colour(r.series);
+        ctx.strokeStyle = colour(r.series, spec);
         ctx.lineWidth = 1.5 * devicePixelRatio;
         ctx.setLineDash([6 * devicePixelRatio, 4 * devicePixelRatio]);
         ctx.beginPath();
         ctx.moveTo(left, y);
         ctx.lineTo(right, y);
         ctx.stroke();
-        ctx.fillText(r.label, right - 4 * devicePixelRatio, y - 4 * devicePixelRatio);
       });
       ctx.restore();
       figure.dataset.references = String((spec.references || []).length);
