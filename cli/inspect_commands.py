@@ -64,19 +64,27 @@ def sql(
 
 
 def runs(root: RootOption = None) -> None:
-    """List runs with their rounds, dataset size and success rates (from their manifests); a run whose
-    files cannot be read is named in a line of its own (exit status 2) and the others are listed."""
+    """List runs with their rounds, dataset size, success rates and stale stages (from their manifests; a
+    stage re-run leaves the stages that read it stale until the next `coevolve run`); a run whose files
+    cannot be read is named in a line of its own (exit status 2) and the others are listed."""
     from coevolve.flows.render import print_rows
+    from coevolve.flows.runs import stale_note
     from coevolve.flows.summary import runs_overview
+    from coevolve.storage.staleness import stale_stages
 
     unreadable: list[str] = []
     rows = runs_overview(root_of(root), unreadable=unreadable)
     for line in unreadable:
         typer.secho(f"error: {line}", fg="red", err=True)
+    stale = {row["run"]: stale_stages(run_layout(root, row["run"]).run_dir) for row in rows}
+    rows = [{**row, "stale": len(stale[row["run"]])} for row in rows]
     if rows:
         print_rows(rows)
     elif not unreadable:
         typer.echo(f"no runs under {root_of(root)} yet; start one with `coevolve run configs/test-tiny.yaml`")
+    for run, found in stale.items():
+        if note := stale_note(run_layout(root, run), found):
+            typer.echo(note)
     if unreadable:
         raise typer.Exit(2)
 

@@ -32,6 +32,7 @@ from coevolve.pipeline.context import RunContext
 from coevolve.stages.plan import round_plan
 from coevolve.stages.run_context import open_run
 from coevolve.storage.layout import RunLayout, storage_root
+from coevolve.storage.staleness import stale_stages
 
 IDENTITY_FIELDS = ("model.name", "env.name")
 """Config fields that define a run: changing one mid-run needs a new run name or `--force`."""
@@ -166,18 +167,21 @@ def completed_rounds(ctx: RunContext) -> int:
 
 def rounds_to_run(ctx: RunContext, rounds: int | None, more: int | None) -> int:
     """Total rounds the run should have: `rounds`, or `more` beyond the completed ones, or else `run.rounds`
-    but never fewer than the completed ones (a run taken to 3 rounds with `--rounds 3` stays 3 rounds when
-    continued without it)."""
+    but never fewer than the completed ones (a run taken to 3 rounds with `--rounds 3` or `--more` stays 3
+    rounds when continued without it) nor than the last round holding a stale stage (`storage.staleness`),
+    so that a run continued without `--rounds` recomputes every stale stage."""
     if rounds is not None and more is not None:
         raise RunError("give either rounds (the total) or more (rounds beyond the completed ones), not both")
     if more is not None:
         if more < 0:
             raise RunError(f"more must be >= 0, got {more}")
         return completed_rounds(ctx) + more
-    total = rounds if rounds is not None else max(ctx.config.run.rounds, completed_rounds(ctx))
-    if total < 1:
-        raise RunError(f"rounds must be >= 1, got {total}")
-    return total
+    if rounds is None:
+        stale = [round_ for _, round_, _ in stale_stages(ctx.store.layout.run_dir)]
+        rounds = max(ctx.config.run.rounds, completed_rounds(ctx), max(stale, default=-1) + 1)
+    if rounds < 1:
+        raise RunError(f"rounds must be >= 1, got {rounds}")
+    return rounds
 
 
 def check_round(layout: RunLayout, round_: int) -> None:
@@ -212,3 +216,19 @@ def all_cached(ctx: RunContext, rounds: int) -> bool:
                    for r in range(rounds) for stage in round_plan(ctx.config, r))  # fmt: skip
     except ArtifactError:  # an input of a later stage is not there yet
         return False
+
+
+def stale_note(layout: RunLayout, stale: list[tuple[str, int, str]] | None = None) -> str | None:
+    """One line on a run's stale stages (`storage.staleness.stale_stages`, or those given) and the command
+    that recomputes them, or None:
+
+        run 'demo': 6 stale stages, from round 0 (grpo_update: reads round 0 rollout's samples, rewritten
+        since it ran); `coevolve run --run demo` recomputes them
+    """
+    stale = stale_stages(layout.run_dir) if stale is None else stale
+    if not stale:
+        return None
+    stage, round_, why = stale[0]
+    count = f"{len(stale)} stale stage{'s' if len(stale) != 1 else ''}"
+    return (f"run '{layout.run}': {count}, from round {round_} ({stage}: {why}); `coevolve run --run "
+            f"{layout.run}` recomputes them")

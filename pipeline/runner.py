@@ -15,14 +15,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from coevolve.core import content_hash
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.declared import StageContext
+from coevolve.pipeline.sources import read_sources
 from coevolve.pipeline.stage import Inputs, StageDef
 from coevolve.run_files import DiskFullError, disk_full
 from coevolve.storage.manifest import FileRef, Manifest, cache_key
 from coevolve.storage.parquet import file_matches
 
-__all__ = ["DiskFullError", "StageRecord", "folder_refs", "is_cached", "run_stage", "stage_key"]
+__all__ = ["DiskFullError", "StageRecord", "folder_refs", "is_cached", "read_sources", "run_stage", "stage_key"]
 
 
 @dataclass(frozen=True)
@@ -76,12 +78,30 @@ def run_stage(stage: StageDef, ctx: RunContext, round_: int, *, force: bool = Fa
     return record
 
 
+def config_hash(stage: StageDef, ctx: RunContext) -> str:
+    """The hash of the stage's declared config fields in the run's config as written (what `config.yaml`
+    holds), recorded in its manifest so a later change of the saved config shows it stale."""
+    return content_hash(ctx.spec.select(stage.config), length=24)
+
+
+def _with_provenance(manifest: Manifest, stage: StageDef, ctx: RunContext, round_: int) -> bool:
+    """Record in `manifest` what its key read from upstream and its config's hash; whether that changed."""
+    provenance = (read_sources(stage, ctx, round_), list(stage.config), config_hash(stage, ctx))
+    if (manifest.read_from, manifest.config_fields, manifest.config_hash) == provenance:
+        return False
+    manifest.read_from, manifest.config_fields, manifest.config_hash = provenance
+    return True
+
+
 def _run_stage(stage: StageDef, ctx: RunContext, round_: int, *, force: bool) -> StageRecord:
     key = stage_key(stage, ctx, round_)
     if not force and (cached := is_cached(stage, ctx, round_, key)) is not None:
+        if _with_provenance(cached, stage, ctx, round_):  # a manifest of older code, or a fork's copy
+            ctx.store.write_manifest(cached)
         return StageRecord(cached, cached=True)
     ctx.store.invalidate(round_, stage.name)
     manifest = Manifest(stage.name, ctx.run, round_, key, stage.version, started_at=time.time())
+    _with_provenance(manifest, stage, ctx, round_)
     try:
         view = StageContext(ctx, stage.config, stage.name)  # the config its key covers, nothing more
         result = stage.compute(view, round_, Inputs(ctx, round_, stage.reads, key))

@@ -57,6 +57,26 @@ class FileRef:
         return cls(file_sha256(path), stat.st_size, stat.st_mtime_ns)
 
 
+@dataclass(frozen=True)
+class InputRef:
+    """One value a stage's cache key hashed from an upstream stage run: `field` of the manifest of `stage` in
+    `round` (`artifacts.<name>`: that artifact's sha256; `outputs.<name>`: an output, e.g. the policy
+    version) and the value it had when the stage ran."""
+
+    round: int
+    stage: str
+    field: str
+    value: str
+
+    def current(self, manifest: Manifest) -> str | None:
+        """The value of `field` in `manifest` (the upstream stage's manifest now), None when it has none."""
+        kind, _, name = self.field.partition(".")
+        if kind == "artifacts":
+            return manifest.artifacts[name].sha256 if name in manifest.artifacts else None
+        value = manifest.outputs.get(name) if kind == "outputs" else None
+        return None if value is None else str(value)
+
+
 @dataclass
 class Manifest:
     stage: str
@@ -74,6 +94,14 @@ class Manifest:
     files: dict[str, dict[str, FileRef]] = field(default_factory=dict)
     """Other files the stage wrote, by folder (relative to the run's folder, e.g. `checkpoints/round=3`):
     file name -> content hash. A folder pruned on purpose (`train.keep_checkpoints`) is absent."""
+    read_from: list[InputRef] = field(default_factory=list)
+    """What the cache key hashed from upstream stage runs when this one ran (`pipeline.runner.read_sources`):
+    a stage is stale once one of them changed or is gone (`storage.staleness`). Empty in a manifest written
+    before it was recorded, or copied by `fork`: such a stage is never called stale."""
+    config_fields: list[str] = field(default_factory=list)
+    """The config fields the stage declares (dotted paths), and `config_hash`: their values in the run's
+    config as written (`config.yaml`) when it ran; a different hash of today's saved config is stale too."""
+    config_hash: str = ""
 
     def write(self, path: Path) -> None:
         write_text_atomic(json.dumps(asdict(self), indent=2, sort_keys=True), path)
@@ -93,6 +121,7 @@ class Manifest:
         try:
             data["artifacts"] = {k: ArtifactRef(**v) for k, v in data.get("artifacts", {}).items()}
             data["files"] = {d: {n: FileRef(**r) for n, r in refs.items()} for d, refs in data.get("files", {}).items()}
+            data["read_from"] = [InputRef(**ref) for ref in data.get("read_from", [])]
             return cls(**data)
         except TypeError:
             return None
@@ -111,7 +140,8 @@ class Manifest:
 
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "stage": str, "run": str, "round": int, "key": str, "code_version": int, "artifacts": dict,
-    "outputs": dict, "started_at": (int, float), "seconds": (int, float), "files": dict,
+    "outputs": dict, "started_at": (int, float), "seconds": (int, float), "files": dict, "read_from": list,
+    "config_fields": list, "config_hash": str,
 }  # fmt: skip
 _JSON_NAMES = {dict: "an object", list: "an array", str: "a string", int: "a number", float: "a number",
                bool: "a boolean", type(None): "null"}  # fmt: skip
@@ -126,6 +156,7 @@ def _shape_problem(data: Any) -> str | None:
         if name in data and (not isinstance(value, kind) or isinstance(value, bool)):
             return f"`{name}` is {_JSON_NAMES.get(type(value), type(value).__name__)}"
     entries = [(f"artifacts.{k}", v) for k, v in data.get("artifacts", {}).items()]
+    entries += [(f"read_from[{i}]", v) for i, v in enumerate(data.get("read_from", []))]
     for folder, refs in data.get("files", {}).items():
         entries += [(f"files.{folder}", refs)]
         entries += [(f"files.{folder}.{k}", v) for k, v in refs.items()] if isinstance(refs, dict) else []
