@@ -124,7 +124,7 @@ def main(argv: Sequence[str] | None = None, doc: str | None = None) -> None:
     parser = argument_parser("explore-yield", doc)
     parser.add_argument("--teacher", choices=list(TEACHERS), default="coverage")
     parser.add_argument("--variant", choices=list(VARIANTS), default="control")
-    parser.add_argument("--worlds", type=int, default=2, help="validation worlds per gap tool and round")
+    parser.add_argument("--worlds", type=int, default=1, help="validation worlds per gap tool and round")
     parser.add_argument("--rounds", type=int, default=1, help="rounds, each over worlds drawn anew")
     parser.add_argument(
         "--attempts",
