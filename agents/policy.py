@@ -183,10 +183,13 @@ def update_hyperparams(config: CoevolveConfig, round_: int) -> Any:
     """The GRPO update's settings from the run config (`rl.update.UpdateHyperparams`) for the update of round
     `round_`, whose first optimizer step is the run's step `round_ x epochs x mini_batches` (the lr schedule's
     clock, `rl.schedule`)."""
+    from coevolve.rl.is_correction import ISCorrection
     from coevolve.rl.schedule import make_schedule
     from coevolve.rl.update import UpdateHyperparams
 
     t = config.train
+    correction = (ISCorrection(t.vllm_importance_sampling_mode, t.vllm_importance_sampling_cap)
+                  if t.importance_sampling_on(served=bool(config.model.servers)) else None)  # fmt: skip
     steps_per_round = t.epochs * t.mini_batches
     total = None if t.schedule_rounds is None else t.schedule_rounds * steps_per_round
     schedule = make_schedule(t.lr_scheduler_type, warmup_steps=t.warmup_steps, warmup_ratio=t.warmup_ratio,
@@ -197,5 +200,5 @@ def update_hyperparams(config: CoevolveConfig, round_: int) -> Any:
         temperature=config.rollout.temperature, weight_decay=t.weight_decay,
         shared_prefix=t.shared_prefix, loss_normalization=t.loss_normalization, fixed_tokens=t.fixed_tokens,
         scale_rewards=t.scale_rewards, drop_zero_std_groups=t.drop_zero_std_groups,
-        lr_schedule=schedule, first_step=round_ * steps_per_round,
+        lr_schedule=schedule, first_step=round_ * steps_per_round, is_correction=correction,
     )

@@ -43,9 +43,13 @@ class SampleBatch:
     loss_mask: list[list[int]]
     rewards: list[float]
     group_ids: list[int]
+    engine_logprobs: list[list[float]] | None = None
+    """The rollout engine's log-prob of each token as it sampled it (0 off policy tokens); None: not known."""
 
     def __post_init__(self) -> None:
         n = len(self.input_ids)
+        if self.engine_logprobs is not None and len(self.engine_logprobs) != n:
+            raise ValueError(f"SampleBatch: engine_logprobs has {len(self.engine_logprobs)} rows, input_ids {n}")
         if not (len(self.loss_mask) == len(self.rewards) == len(self.group_ids) == n):
             raise ValueError(
                 "SampleBatch: input_ids, loss_mask, rewards and group_ids need one entry per row, got "
@@ -60,6 +64,9 @@ class SampleBatch:
                 raise ValueError(
                     f"SampleBatch: row {i} has loss_mask[0] = 1; the first token has no log-prob"
                 )
+            if self.engine_logprobs is not None and len(self.engine_logprobs[i]) != len(ids):
+                raise ValueError(f"SampleBatch: row {i} has {len(ids)} tokens but "
+                                 f"{len(self.engine_logprobs[i])} engine log-probs")
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -85,6 +92,16 @@ class SampleBatch:
             loss[r, :n] = torch.tensor(self.loss_mask[i], dtype=torch.float32).clamp(0, 1)
         return PaddedRows(ids, attention, loss)
 
+    def pad_engine_logprobs(self, rows: Sequence[int]) -> Tensor:
+        """``[len(rows), T]`` float32 engine log-probs of ``rows``, right-padded with 0 like `pad`."""
+        if self.engine_logprobs is None:
+            raise ValueError("SampleBatch.pad_engine_logprobs: the batch has no engine log-probs")
+        width = max(len(self.input_ids[i]) for i in rows)
+        out = torch.zeros((len(rows), width), dtype=torch.float32)
+        for r, i in enumerate(rows):
+            out[r, : len(self.input_ids[i])] = torch.tensor(self.engine_logprobs[i], dtype=torch.float32)
+        return out
+
 
 def micro_batches(lengths: Sequence[int], rows: Sequence[int], micro_batch_size: int) -> list[list[int]]:
     """Split ``rows`` into chunks of at most ``micro_batch_size``, longest rows first.
@@ -99,13 +116,16 @@ def micro_batches(lengths: Sequence[int], rows: Sequence[int], micro_batch_size:
 
 
 def group_batch(input_ids: list[list[int]], loss_mask: list[list[int]], rewards: list[float],
-                groups: list[str]) -> SampleBatch:
+                groups: list[str], engine_logprobs: list[list[float]] | None = None) -> SampleBatch:
     """A `SampleBatch` of rows whose groups are named by any hashable key (numbered by first appearance)."""
     index = {g: i for i, g in enumerate(dict.fromkeys(groups))}
-    return SampleBatch(input_ids=input_ids, loss_mask=loss_mask, rewards=rewards, group_ids=[index[g] for g in groups])
+    return SampleBatch(input_ids=input_ids, loss_mask=loss_mask, rewards=rewards, group_ids=[index[g] for g in groups],
+                       engine_logprobs=engine_logprobs)
 
 
 def samples_batch(table) -> SampleBatch:
-    """The `samples` artifact of a rollout (a pyarrow table) as a `SampleBatch`, one group per `group_id`."""
+    """The `samples` artifact of a rollout (a pyarrow table) as a `SampleBatch`, one group per `group_id`, with
+    the sampler's log-probs (its `logprobs` column) as the engine's."""
+    logprobs = table.column("logprobs").to_pylist() if "logprobs" in table.column_names else None
     return group_batch(table.column("input_ids").to_pylist(), table.column("loss_mask").to_pylist(),
-                       table.column("reward").to_pylist(), table.column("group_id").to_pylist())
+                       table.column("reward").to_pylist(), table.column("group_id").to_pylist(), logprobs)

@@ -98,6 +98,7 @@ def grpo_loss(
     clip_high: float,
     beta: float,
     num_tokens: int | float | Tensor | None = None,
+    is_weights: Tensor | None = None,
 ) -> tuple[Tensor, LossMetrics]:
     """GRPO loss of one (micro-)batch.
 
@@ -111,6 +112,8 @@ def grpo_loss(
         beta: KL weight.
         num_tokens: normaliser N, a scalar or ``[B]`` one divisor per row; default ``mask.sum()``. Clamped
             to >= 1, so an empty mask gives 0.
+        is_weights: ``[B, T]`` or ``[B, 1]`` importance-sampling weights of the engine's samples
+            (`rl.is_correction`), multiplying each token's surrogate loss (not the KL term), as TRL's; None: none.
 
     Returns:
         Scalar loss (sum of masked per-token losses / N, or / the row's divisor) and its `LossMetrics`.
@@ -132,6 +135,8 @@ def grpo_loss(
     log_ratio = lp - torch.where(keep, old_logprobs, 0.0)  # [B, T]
     adv = advantages.to(logprobs.dtype)[:, None]  # [B, 1]
     pg_tok, low, high = clipped_surrogate(log_ratio, adv, clip_low=clip_low, clip_high=clip_high)
+    if is_weights is not None:
+        pg_tok = pg_tok * is_weights  # [B, T]
     pg_loss = (pg_tok * scaled).sum() / denom  # []
 
     if ref_logprobs is not None and beta != 0:

@@ -22,7 +22,8 @@ Steps of `grpo_update`:
    the first step and there is no engine/trainer numeric drift. With one epoch the weights cannot change
    before the first mini-batch's step, so its old log-probs *are* that step's own forward, detached: the
    pass runs only over the later mini-batches (none with one mini-batch, the default, where it would be a
-   quarter of the update's compute). Reference log-probs come from
+   quarter of the update's compute). With ``is_correction`` (a server sampled) each token's surrogate loss is
+   weighed by these old log-probs against the engine's (`rl.is_correction`). Reference log-probs come from
    ``ref_model`` (or, for a peft model without ``ref_model``, the model with its adapter disabled).
 5. ``epochs`` passes over the mini-batches; each mini-batch is one optimizer step, gradients
    accumulated over its micro-batches with the loss normalised over the mini-batch (its policy-token
@@ -62,6 +63,7 @@ from torch import Tensor, nn
 from coevolve.rl.advantages import ScaleRewards, group_advantages
 from coevolve.rl.batch import SampleBatch
 from coevolve.rl.divergence import Guard, Seen, finite_weights, lora_scale
+from coevolve.rl.is_correction import ISCorrection, importance_weights, weight_stats
 from coevolve.rl.logprobs import token_logprobs
 from coevolve.rl.loss import grpo_loss
 from coevolve.rl.plan import LossNormalization, Plan, Shard, plan_update, shard_plan, trainable_rows
@@ -92,6 +94,7 @@ class UpdateHyperparams:
     drop_zero_std_groups: bool = False  # rows of all-equal-reward groups left out even when beta > 0
     lr_schedule: LrSchedule | None = None  # None: the optimizer's own rate, untouched
     first_step: int = 0  # the run's index of this update's first optimizer step (the schedule's clock)
+    is_correction: ISCorrection | None = None  # weigh the engine's samples (`rl.is_correction`); None: off
 
     def step_lr(self, step: int) -> float:
         """The scheduled rate of this update's optimizer step ``step`` (0-based); needs ``lr_schedule``."""
@@ -263,9 +266,15 @@ def _mini_batch_step(
     for u, micro in enumerate(mini.micro):
         padded = batch.pad(micro).to(device)
         lp = micro_batch_logprobs(model, batch, micro, temperature=hp.temperature, shared_prefix=shared_prefix)
+        old_lp, weights = lp.detach() if old is None else old[u], None
+        if hp.is_correction is not None:  # the engine's samples weighed by trainer / engine (as TRL)
+            engine = batch.pad_engine_logprobs(micro).to(device)
+            weights = importance_weights(old_lp, engine, padded.loss_mask, hp.is_correction)
+            acc.add_weights(weight_stats(weights, old_lp, engine, padded.loss_mask))
         loss, metrics = grpo_loss(
-            lp, lp.detach() if old is None else old[u], None if ref is None else ref[u], adv[micro].to(device), padded.loss_mask,
+            lp, old_lp, None if ref is None else ref[u], adv[micro].to(device), padded.loss_mask,
             clip_low=hp.clip_low, clip_high=hp.clip_high, beta=hp.beta, num_tokens=mini.normaliser(micro),
+            is_weights=weights,
         )  # fmt: skip
         loss.backward()
         neg_logp = -torch.where(padded.loss_mask.bool(), lp.detach(), 0.0).sum()  # the entropy estimate's sum
@@ -325,6 +334,8 @@ def grpo_update(
             "grpo_update: beta > 0 needs a reference policy: pass ref_model, or a peft model "
             "(its base model, adapter disabled, is then the reference)"
         )
+    if hp.is_correction is not None and batch.engine_logprobs is None:
+        raise ValueError("grpo_update: is_correction needs the engine's log-probs (SampleBatch.engine_logprobs)")
     adv = _advantages(batch, hp)  # [N]
     rows = _trainable_rows(batch, adv, hp)
     shared = hp.shared_prefix and supports_shared_prefix(model)

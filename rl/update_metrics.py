@@ -14,6 +14,10 @@ per step, `flows.tracking`). A step's record, under TRL's names where the meanin
                             anyway; TRL's `entropy` sums over the vocabulary instead
     completion_length       policy tokens per trained row of the step
     grad_norm, learning_rate   the pre-clip norm and the rate the step's `optimizer.step()` used
+    is_ratio_min/mean/max   with the engine's samples corrected (`rl.is_correction`): the weights after the cap,
+                            over policy tokens (rows at sequence level); TRL's sampling/importance_sampling_ratio/*
+    logp_diff_mean/max      |trainer's old - engine's log-prob| per policy token; TRL's
+                            sampling/sampling_logp_difference/*
 
 With several processes every process adds its own micro-batches; `summed_over` sums them (grad norm and
 learning rate are the same on every process).
@@ -25,10 +29,13 @@ from typing import Any
 
 import torch
 
+from coevolve.rl.is_correction import WeightStats
 from coevolve.rl.loss import LossMetrics
 
 WEIGHTED = ("kl", "clip_fraction", "clip_low_fraction", "clip_high_fraction", "ratio_mean")
-STEP_SUMS = ("loss", "pg_loss", *WEIGHTED, "neg_logp", "tokens", "rows")  # summed over micro-batches
+IS_SUMS = ("is_sum", "is_count", "diff_sum", "diff_tokens")  # of the correction's weights (`add_weights`)
+STEP_SUMS = ("loss", "pg_loss", *WEIGHTED, "neg_logp", "tokens", "rows", *IS_SUMS)  # summed over micro-batches
+EXTREMES = ("is_neg_min", "is_max", "diff_max")  # the largest over micro-batches (the minimum negated)
 
 
 class MetricsSum:
@@ -37,8 +44,8 @@ class MetricsSum:
     def __init__(self) -> None:
         self.weighted = dict.fromkeys(WEIGHTED, 0.0)
         self.tokens = 0
-        self.current = dict.fromkeys(STEP_SUMS, 0.0)  # the step in progress
-        self.steps: list[dict[str, float]] = []  # STEP_SUMS, grad_norm, lr of each finished step
+        self.current = {**dict.fromkeys(STEP_SUMS, 0.0), **dict.fromkeys(EXTREMES, float("-inf"))}  # this step
+        self.steps: list[dict[str, float]] = []  # STEP_SUMS, EXTREMES, grad_norm, lr of each finished step
 
     @property
     def step_loss(self) -> float:
@@ -54,9 +61,17 @@ class MetricsSum:
                            ("tokens", m.tokens), ("rows", rows)):  # fmt: skip
             self.current[key] += value
 
+    def add_weights(self, w: WeightStats) -> None:
+        """One micro-batch's importance-sampling weights (`rl.is_correction.weight_stats`)."""
+        for key, value in (("is_sum", w.ratio_sum), ("is_count", w.ratio_count), ("diff_sum", w.diff_sum),
+                           ("diff_tokens", w.tokens)):  # fmt: skip
+            self.current[key] += value
+        for key, value in (("is_neg_min", -w.ratio_min), ("is_max", w.ratio_max), ("diff_max", w.diff_max)):
+            self.current[key] = max(self.current[key], value)
+
     def end_step(self, grad_norm: float, lr: float) -> None:
         self.steps.append({**self.current, "grad_norm": grad_norm, "lr": lr})
-        self.current = dict.fromkeys(STEP_SUMS, 0.0)
+        self.current = {**dict.fromkeys(STEP_SUMS, 0.0), **dict.fromkeys(EXTREMES, float("-inf"))}
 
     def summed_over(self, accelerator: Any) -> MetricsSum:
         """The sums of every process (each process ran different micro-batches of the same steps)."""
@@ -70,7 +85,14 @@ class MetricsSum:
         out.tokens = int(total[len(WEIGHTED)])
         sums = total[len(WEIGHTED) + 1 :]
         width = len(STEP_SUMS)
+        extremes = [[float("-inf")] * len(EXTREMES)] * len(self.steps)
+        corrected = any(sums[i * width + STEP_SUMS.index("is_count")] for i in range(len(self.steps)))
+        if corrected:  # the same sums on every process, so all gather (as many steps each); each step's largest
+            local_ext = torch.tensor([[s[k] for k in EXTREMES] for s in self.steps], dtype=torch.float64,
+                                     device=accelerator.device)  # [steps, 3]
+            extremes = accelerator.gather(local_ext).view(-1, *local_ext.shape).amax(dim=0).tolist()
         out.steps = [{**dict(zip(STEP_SUMS, sums[i * width : (i + 1) * width], strict=True)),
+                      **dict(zip(EXTREMES, extremes[i], strict=True)),
                       "grad_norm": s["grad_norm"], "lr": s["lr"]} for i, s in enumerate(self.steps)]  # fmt: skip
         return out
 
@@ -95,4 +117,14 @@ def step_record(sums: dict[str, float]) -> dict[str, float]:
         "clip_ratio_high": sums["clip_high_fraction"] / tokens, "ratio_mean": sums["ratio_mean"] / tokens,
         "entropy": sums["neg_logp"] / tokens, "completion_length": sums["tokens"] / max(1.0, sums["rows"]),
         "grad_norm": sums["grad_norm"], "learning_rate": sums["lr"],
+        **weight_record(sums),
     }  # fmt: skip
+
+
+def weight_record(sums: dict[str, float]) -> dict[str, float]:
+    """A step's importance-sampling figures; none when the step corrected nothing."""
+    if not sums.get("is_count"):
+        return {}
+    return {"is_ratio_min": -sums["is_neg_min"], "is_ratio_mean": sums["is_sum"] / sums["is_count"],
+            "is_ratio_max": sums["is_max"], "logp_diff_mean": sums["diff_sum"] / max(1.0, sums["diff_tokens"]),
+            "logp_diff_max": sums["diff_max"]}  # fmt: skip

@@ -178,6 +178,9 @@ SETTINGS: tuple[Setting, ...] = (
             "advantages scaled otherwise", _is("group")),
     Setting("train.drop_zero_std_groups", "false", EXT, "equal-reward groups left out (dynamic sampling)",
             _is(False)),
+    Setting("train.vllm_importance_sampling_correction", "none: the sampler's log-probs are not compared", EXT,
+            "the server's samples weighed by trainer / engine probability (TRL's; unset: on where a server "
+            "generates)", lambda value, config: not config.train.importance_sampling_on(bool(config.model.servers))),
     Setting("train.lr_scheduler_type", "constant", EXT, "a learning-rate schedule", _is("constant")),
     Setting("train.warmup_steps", "0", EXT, "linear warmup steps", _is(0)),
     Setting("train.warmup_ratio", "0", EXT, "a share of the schedule warming up", _is(0.0)),
@@ -265,6 +268,8 @@ NOT_PAPER_SETTINGS: dict[str, str] = {
     "train.accelerate_config": "where", "train.shared_prefix": "speed",
     "train.schedule_rounds": "the horizon of a schedule (an extension row of its own)",
     "train.fixed_tokens": "the divisor of loss_normalization: fixed_tokens (a deviation row of its own)",
+    "train.vllm_importance_sampling_mode": "how the correction weighs (an extension row of its own)",
+    "train.vllm_importance_sampling_cap": "how the correction weighs (an extension row of its own)",
     "abstract.duplicate_jaccard": "deduplication", "verify.attempts": "recorded, decides only under judge: policy",
     "verify.greedy": "recorded attempts' decoding", "verify.contamination_jaccard": "split hygiene",
     "teacher.temperature": "teacher sampling", "teacher.max_new_tokens": "teacher caps",

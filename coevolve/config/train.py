@@ -98,9 +98,32 @@ class TrainConfig(Section):
     accelerate_config: str | None = None
     """An accelerate config file (`configs/accelerate/`): the update runs under `accelerate launch` over
     its processes, data-parallel (`stages/distributed_update.py`); unset: in the flow's process."""
+    vllm_importance_sampling_correction: bool | None = None
+    """Extension, not the paper's: TRL's `vllm_importance_sampling_correction`, importance sampling that corrects
+    for the mismatch between the log-probs the inference engine sampled with (`rollout` samples' `logprobs`) and
+    the trainer's own, recomputed before the update (`rl.is_correction`): each policy token's surrogate loss is
+    weighed by their ratio, as `vllm_importance_sampling_mode` says. TRL's default is true (and only acts when
+    vLLM generates); here unset means on where a server generates (`model.servers` set) and off where the
+    trainer itself generates, whose log-probs are the trainer's already: off, the update is exactly the
+    uncorrected one."""
+    vllm_importance_sampling_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = (
+        "sequence_mask")
+    """TRL's `vllm_importance_sampling_mode` (and its default): with the correction on, the ratio
+    r = exp(trainer's old log-prob - engine's log-prob) per policy token; `token_truncate` weighs each token by
+    min(r, cap), `token_mask` by r, or 0 where r > cap; `sequence_truncate` weighs every token of a row by
+    min(R, cap), R the product of its tokens' r, and `sequence_mask` by R, or 0 where R > cap (the row leaves the
+    gradient). The KL term is not weighed."""
+    vllm_importance_sampling_cap: float = Field(3.0, gt=0.0, le=1e6)
+    """TRL's `vllm_importance_sampling_cap` C (and its default, 3.0): the truncate modes clip the ratio from
+    above at C, the mask modes zero it where it is larger than C; there is no lower bound."""
     shared_prefix: bool = True
     """Encode a group's common prompt once in every log-prob pass (exact; `rl.shared_prefix`). With it a
     micro-batch holds rows of one group, so `micro_batch_size: k` encodes each prompt once per pass."""
+
+    def importance_sampling_on(self, served: bool) -> bool:
+        """Whether the engine's samples are corrected (`vllm_importance_sampling_correction`; unset: when
+        `served`, a server generates)."""
+        return served if self.vllm_importance_sampling_correction is None else self.vllm_importance_sampling_correction
 
     @property
     def loss_type(self) -> str | None:
