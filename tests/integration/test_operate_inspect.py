@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 from collections import Counter
 
 import pytest
@@ -47,11 +48,16 @@ def test_every_sql_example_runs_and_returns_rows(evolved_run):
         assert query(evolved_run.root, sql).num_rows > 0, sql
 
 
-def test_documented_column_types_are_the_view_types(evolved_run):
+def test_documented_column_types_are_the_view_types(evolved_run, tmp_path):
+    from coevolve.benchmarks.ui_pages import filled
     from coevolve.storage.catalog import connect
+    from coevolve.storage.parquet import write_table
 
     documented = re.findall(r"### `(\w+)`\n\n\| column .*?\n\|---.*?\n((?:\|.*\n?)+)", SQL_DOC.read_text())
-    con = connect(evolved_run.root)
+    root = shutil.copytree(evolved_run.root, tmp_path / "runs")  # with an evaluation beside the run
+    write_table(filled("evaluations", 1, {"run": "evo", "round": -1}),
+                root / "evaluations" / "run=evo" / "round=-1" / "stage=eval-k" / "evaluations.parquet")
+    con = connect(root)
     for view, table in documented:
         actual = dict(con.execute(f"SELECT column_name, column_type FROM (DESCRIBE {view})").fetchall())
         doc = dict(re.findall(r"^\| `(\w+)` \| ([^|]+?) \|", table, flags=re.MULTILINE))
