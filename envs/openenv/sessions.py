@@ -34,6 +34,10 @@ REPLY_TIMEOUT_S = 120.0
 """Seconds a served environment may take to answer one reset, step or state message."""
 
 
+EXTRA_MODULES = ("openenv", "fastmcp", "websockets")
+"""What the `openenv` extra installs: a module of these missing names the extra."""
+
+
 class SessionError(ValueError):
     """The environment failed a reset or answered outside OpenEnv's protocol; the message is one line."""
 
@@ -58,7 +62,9 @@ def load_attribute(path: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # a missing module, or one that fails to import: named, not a traceback
-        raise ValueError(f"cannot import {module_name!r} ({type(exc).__name__}: {exc})") from None
+        missing = getattr(exc, "name", None) if isinstance(exc, ModuleNotFoundError) else None
+        hint = "; install the extra: pip install 'coevolve[openenv]'" if missing in EXTRA_MODULES else ""
+        raise ValueError(f"cannot import {module_name!r} ({type(exc).__name__}: {exc}){hint}") from None
     try:
         return getattr(module, attribute)
     except AttributeError:

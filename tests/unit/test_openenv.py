@@ -5,6 +5,7 @@ verify stage's checks; bad options and task rows refused in one line naming them
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -197,7 +198,6 @@ def test_a_resource_session_factory_runs_episodes_and_verifies_through_its_verif
 
 def test_the_adapter_imports_no_openenv_until_an_episode_needs_it():
     import subprocess
-    import sys
 
     probe = "import sys, coevolve.envs.openenv.env; print(sorted({'openenv', 'fastmcp', 'torch'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
@@ -211,3 +211,16 @@ def test_without_verification_a_candidate_the_environment_cannot_reset_is_derive
         env.derive_checker(no_goal, ["Add 3 bolts."], [[ToolCall(**ADD_3[0])]], [[]])
     checker = env.derive_checker(no_goal, ["Add 3 bolts."], [[ToolCall(**ADD_3[0])]], [[]], strict=False)
     assert (checker["reference_reward"], checker["idle_reward"]) == (0.0, 0.0)
+
+
+def test_an_environment_that_needs_the_missing_extra_names_it(tmp_path, monkeypatch):
+    (tmp_path / "needs_extra.py").write_text("import openenv_that_is_not_installed\n", encoding="utf-8")
+    (tmp_path / "needs_openenv.py").write_text("import openenv\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, "openenv", None)  # as if the extra were not installed
+    with pytest.raises(OptionError) as refused:
+        envs.make("openenv", environment="needs_openenv:Env")
+    assert str(refused.value).endswith("install the extra: pip install 'coevolve[openenv]'")
+    with pytest.raises(OptionError) as refused:
+        envs.make("openenv", environment="needs_extra:Env")
+    assert "install the extra" not in str(refused.value)
