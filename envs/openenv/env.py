@@ -110,8 +110,9 @@ class OpenEnvEnv(Environment, TaskSynthesis):
                 check_server(url)
         except ValueError as exc:
             raise OptionError(f"env.options.{'environment' if environment else 'url'}: {exc}") from None
-        if self._factory is not None and not callable(self._factory):
-            raise OptionError(f"env.options.environment: {environment!r} is not a class or function")
+        if self._factory is not None and not (callable(self._factory) or hasattr(self._factory, "create")):
+            raise OptionError(f"env.options.environment: {environment!r} is not a class, a function or a "
+                              "ResourceSessionFactory")  # fmt: skip
         self._splits: dict[str, list[Task]] | None = None
         self._episode: _Episode | None = None
 

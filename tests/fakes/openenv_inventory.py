@@ -141,3 +141,7 @@ class InventorySessions(_harness()[1]):
 
     def create(self, task: Any, seed: int | None = None, episode_id: str | None = None) -> InventorySession:
         return InventorySession(task)
+
+
+STOCK_ROOM_SESSIONS = InventorySessions()
+"""A `ResourceSessionFactory` instance, as a module may export one."""

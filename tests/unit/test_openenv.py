@@ -181,8 +181,9 @@ def test_a_missing_reset_argument_and_a_malformed_tool_schema_are_one_line_each(
     assert str(refused.value).startswith("tool 'count': its input schema is not a JSON-schema object")
 
 
-def test_a_resource_session_factory_runs_episodes_and_verifies_through_its_verify(task_file):
-    env = envs.make("openenv", environment="tests.fakes.openenv_inventory:InventorySessions", tasks=str(task_file))
+@pytest.mark.parametrize("factory", ["InventorySessions", "STOCK_ROOM_SESSIONS"])  # a class or an instance
+def test_a_resource_session_factory_runs_episodes_and_verifies_through_its_verify(task_file, factory):
+    env = envs.make("openenv", environment=f"tests.fakes.openenv_inventory:{factory}", tasks=str(task_file))
     task = env.tasks("train")[0]
     assert replay_reference(env, task).reward == 1.0 and env.state_digest() is None
     env.reset(task)
