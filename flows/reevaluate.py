@@ -37,7 +37,6 @@ from coevolve.storage.catalog import EVALUATIONS_FOLDER
 from coevolve.storage.parquet import to_table, write_table, write_text_atomic
 from coevolve.storage.schemas import schema_for
 
-
 BASE_ROUND = -1
 """The round the initial policy (the base model) is filed under, as `RunContext.policy_after` numbers it."""
 PROGRESS_LINES = 10
