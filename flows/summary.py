@@ -18,6 +18,7 @@ from typing import Any
 from coevolve.config import SIGNAL_KINDS
 from coevolve.flows.evaluations import newest_evaluation
 from coevolve.flows.evolution_counts import STATUSES, CandidateCounts
+from coevolve.rl.rollout_metrics import ROLLOUT_FIGURES
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.parquet import ArtifactError
 from coevolve.storage.store import RunStore
@@ -32,6 +33,8 @@ def round_metrics(store: RunStore, round_: int, dataset_size: int | None = None)
     row["train_success"] = out["rollout"].get("success_rate")
     row["train_reward"] = out["rollout"].get("mean_reward")
     row["tokens_per_second"] = out["rollout"].get("tokens_per_second")
+    for key in ROLLOUT_FIGURES:  # TRL's names (`rl.rollout_metrics`); none in a rollout from before them
+        row[key] = out["rollout"].get(key)
     for kind in SIGNAL_KINDS:
         row[f"{kind}_signals"] = out["signals"].get(f"{kind}_signals")
     row["explorations"] = out["explore"].get("explorations")

@@ -5,10 +5,11 @@
 
 One step axis, TRL's global step (`train/global_step`: optimizer steps across rounds, the first is 1):
 - per optimizer step, the update's `train/loss`, `train/grad_norm`, `train/learning_rate`,
-  `train/clip_ratio`, `train/kl`, `train/entropy`, `train/completion_length` (`rl.update_metrics`, from
-  the grpo_update manifest);
+  `train/clip_ratio`, `train/kl`, `train/entropy`, `train/completion_length`, and with the engine's samples
+  corrected `train/sampling/*` (`rl.update_metrics`, from the grpo_update manifest);
 - per round, at the round's last optimizer step (as TRL logs an epoch's figures at the step that ends it):
-  `train/round`, `train/success`, `train/reward`, `train/frac_groups_with_signal`, `eval/<split>/success`
+  `train/round`, `train/success`, `train/reward`, `train/frac_groups_with_signal`, the rollout's
+  `train/frac_reward_zero_std`, `train/completions/*`, `train/tools/*`, `eval/<split>/success`
   and the evolution's counts `evolution/*` (`flows.summary.round_metrics`).
 The run's whole config, as written (`model.name` the configured model; a warm start's checkpoint is
 `model.warm_start`), goes once per run as hparams with the metrics the HParams tab shows beside them
@@ -43,10 +44,15 @@ STEP_TAGS = {  # rl.update_metrics.step_record name -> tag (TRL's names; clip si
     "clip_ratio": "train/clip_ratio", "clip_ratio_low": "train/clip_ratio/low_mean",
     "clip_ratio_high": "train/clip_ratio/high_mean", "kl": "train/kl", "entropy": "train/entropy",
     "completion_length": "train/completion_length",
+    **{f"is_ratio_{s}": f"train/sampling/importance_sampling_ratio/{s}" for s in ("min", "mean", "max")},
+    **{f"logp_diff_{s}": f"train/sampling/sampling_logp_difference/{s}" for s in ("mean", "max")},
 }  # fmt: skip
 ROUND_TAGS = {  # round_metrics name -> tag; loss and kl are logged per step instead
     "train_success": "train/success", "train_reward": "train/reward", "tokens_per_second": "train/tokens_per_second",
-    "frac_groups_with_signal": "train/frac_groups_with_signal",
+    "frac_groups_with_signal": "train/frac_groups_with_signal", "frac_reward_zero_std": "train/frac_reward_zero_std",
+    "completions_mean_length": "train/completions/mean_length",
+    "completions_clipped_ratio": "train/completions/clipped_ratio",
+    "tools_call_frequency": "train/tools/call_frequency", "tools_failure_frequency": "train/tools/failure_frequency",
     **{f"{kind}_signals": f"evolution/{kind}_signals" for kind in SIGNAL_KINDS},
     **{name: f"evolution/{name}" for name in ("explorations", "candidates", "candidates_ok", "candidates_unparsable",
        "candidates_invalid", "candidates_duplicate", "accept", "retain", "discard", "wordings_checked",

@@ -19,6 +19,7 @@ from coevolve.envs.base import Task
 from coevolve.llm.engine import SamplingParams
 from coevolve.pipeline.declared import StageContext
 from coevolve.pipeline.stage import Dataset, Inputs, Policy, StageDef, StageResult
+from coevolve.rl.rollout_metrics import rollout_figures
 from coevolve.storage.datasets import sample_task_ids
 
 
@@ -51,15 +52,17 @@ def roll_out(ctx: StageContext, round_: int, inputs: Inputs) -> StageResult:
     check_single_version(episodes, policy.version, round_)
     trajectories = trajectory_rows(episodes, run=ctx.run, round_=round_, source="rollout", policy=policy.version)
     generated = sum(ep.completion_tokens for ep in episodes)
+    steps = step_rows(episodes, trajectories)
     outputs = {
         "episodes": len(episodes),
         "success_rate": sum(t["success"] for t in trajectories) / max(len(trajectories), 1),
         "mean_reward": sum(t["reward"] for t in trajectories) / max(len(trajectories), 1),
         "generated_tokens": generated, "seconds": round(seconds, 3),
         "tokens_per_second": round(generated / seconds, 2) if seconds > 0 else 0.0,
+        **rollout_figures(trajectories, steps),  # TRL's figures of a generation batch
     }
     return StageResult(
-        {"trajectories": trajectories, "steps": step_rows(episodes, trajectories),
+        {"trajectories": trajectories, "steps": steps,
          "samples": sample_rows(episodes, trajectories)},
         outputs,
     )
