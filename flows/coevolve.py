@@ -109,15 +109,19 @@ def run_rounds(ctx: RunContext, rounds: int, *, force: bool = False) -> list[Rou
 
 
 def refresh_catalog(ctx: RunContext) -> None:
-    """Rewrite the DuckDB catalog; a catalog problem (corrupt file elsewhere) warns, never fails the run."""
+    """Rewrite the DuckDB catalog; a catalog problem (corrupt file elsewhere, a full disk) warns, never fails
+    the run."""
     import duckdb
 
     from coevolve.flows.render import explain_query_error
+    from coevolve.run_files import DiskFullError
 
     try:
         build_catalog(ctx.store.layout.root)
     except duckdb.Error as exc:
         announce(f"warning: catalog not rebuilt: {explain_query_error(exc, ctx.store.layout.root)}", quiet=False)
+    except DiskFullError as exc:
+        announce(f"warning: catalog not rebuilt: {exc}", quiet=False)
 
 
 def flow_run_label(parameters: dict[str, Any]) -> str:

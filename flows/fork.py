@@ -35,6 +35,7 @@ from coevolve.flows.runs import RunError, load_saved_config
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.runner import is_cached, stage_key
 from coevolve.pipeline.stage import StageDef
+from coevolve.run_files import atomic_file, refuse_links
 from coevolve.stages.plan import round_plan
 from coevolve.stages.run_context import open_run
 from coevolve.storage.layout import RunLayout, checkpoint_name
@@ -169,13 +170,19 @@ def _retarget(table: pa.Table, run: str, ids: dict[str, str], paths: dict[str, s
 
 
 def _link_tree(source: Path, target: Path) -> None:
-    """Copy a checkpoint folder as hard links (a plain copy across file systems)."""
+    """Copy a checkpoint folder as hard links (a plain copy across file systems, written afresh through
+    `run_files.atomic_file`). A symlink at the target, or at a folder between the run's folder and it, is
+    refused (`PlantedLinkError`) before anything is deleted or written: nothing goes through it."""
 
     def link(src: str, dst: str) -> None:
+        refuse_links(Path(dst))
         try:
             os.link(src, dst)
         except OSError:
-            shutil.copy2(src, dst)
+            with open(src, "rb") as reading, atomic_file(Path(dst), needed=os.path.getsize(src)) as writing:
+                shutil.copyfileobj(reading, writing)
+            shutil.copystat(src, dst, follow_symlinks=False)
 
+    refuse_links(target)
     shutil.rmtree(target, ignore_errors=True)
     shutil.copytree(source, target, copy_function=link)

@@ -40,6 +40,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from coevolve.run_files import DiskFullError, disk_full
 from coevolve.storage.layout import MANIFEST
 from coevolve.storage.manifest import Manifest
 from coevolve.storage.parquet import file_matches
@@ -173,7 +174,8 @@ def _create_views(
 def build_catalog(root: Path) -> Path:
     """(Re)write `root/catalog.duckdb`; returns its path. Built under a temporary name and renamed over the
     old file, so a reader never opens half a catalog, one holding the old file does not block the rewrite,
-    and a corrupt file is replaced rather than opened."""
+    and a corrupt file is replaced rather than opened. A full disk or a file-size limit is a `DiskFullError`
+    naming the catalog (`run_files.disk_full`: one paragraph, the old catalog left as it was)."""
     root.mkdir(parents=True, exist_ok=True)
     path, scratch = root / CATALOG, root / f".{CATALOG}.{os.getpid()}.tmp"
     scratch.unlink(missing_ok=True)
@@ -183,6 +185,11 @@ def build_catalog(root: Path) -> Path:
         # an old file's write-ahead log would be replayed onto the new one
         path.with_name(CATALOG + ".wal").unlink(missing_ok=True)
         os.replace(scratch, path)
+    except (duckdb.Error, OSError) as exc:
+        full = disk_full(exc, path)
+        if full is None:
+            raise
+        raise full from None
     finally:
         scratch.unlink(missing_ok=True)
     return path
@@ -212,7 +219,7 @@ def repair_catalog(root: Path) -> str | None:
         return None
     try:
         build_catalog(root)
-    except (duckdb.Error, OSError) as exc:
+    except (duckdb.Error, OSError, DiskFullError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return f"warning: {root / CATALOG} is unusable: {problem}; rebuilding it failed: {reason}"
     return f"warning: {root / CATALOG} was rebuilt: {problem}"

@@ -58,11 +58,11 @@ def _why_stale(manifest: Manifest, manifests: dict[tuple[int, str], Manifest],
             return f"reads {_what(ref)}, which has not completed since it ran"
         if ref.current(upstream) != ref.value:
             return f"reads {_what(ref)}, {'updated' if ref.field.startswith('outputs.') else 'rewritten'} since it ran"
+    if manifest.config_hash and config_hash(manifest.config_fields) not in (None, manifest.config_hash):
+        return f"the run's config changed since it ran (its fields: {', '.join(manifest.config_fields)})"
     for ref in manifest.read_from:
         if upstream_why(ref.round, ref.stage):
             return f"reads {_what(ref)}, which is stale"
-    if manifest.config_hash and config_hash(manifest.config_fields) not in (None, manifest.config_hash):
-        return f"the run's config changed since it ran (its fields: {', '.join(manifest.config_fields)})"
     return None
 
 

@@ -44,8 +44,8 @@ def test_a_stage_rerun_shows_its_dependents_stale_and_the_next_run_recomputes_th
     assert rerun.exit_code == 0 and "rollout round 0: computed" in rerun.output, rerun.output
     stale = {(round_, stage): why for stage, round_, why in stale_stages(layout.run_dir)}
     assert stale[0, "grpo_update"] == "reads round 0 rollout's samples, rewritten since it ran"
-    # round 1 draws with the policy round 0's update made: stale through it, and through the saved --set
-    assert stale[1, "rollout"].startswith("reads the policy of round 0 grpo_update")
+    # the --set is saved: round 1's rollout reads it too, and it draws with the policy of a stale update
+    assert stale[1, "rollout"].startswith("the run's config changed since it ran (its fields: rollout")
     assert {(0, "evaluate"), (0, "baseline"), (1, "grpo_update"), (1, "evaluate")} <= set(stale)
     assert (0, "bootstrap") not in stale and (0, "rollout") not in stale
     listed = cli("runs")
