@@ -108,14 +108,14 @@ class TrainConfig(Section):
     uncorrected one."""
     vllm_importance_sampling_mode: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"] = (
         "sequence_mask")
-    """TRL's `vllm_importance_sampling_mode` (and its default): with the correction on, the ratio
-    r = exp(trainer's old log-prob - engine's log-prob) per policy token; `token_truncate` weighs each token by
-    min(r, cap), `token_mask` by r, or 0 where r > cap; `sequence_truncate` weighs every token of a row by
-    min(R, cap), R the product of its tokens' r, and `sequence_mask` by R, or 0 where R > cap (the row leaves the
-    gradient). The KL term is not weighed."""
+    """Extension, not the paper's: TRL's `vllm_importance_sampling_mode` (and its default): with the correction on,
+    the ratio r = exp(trainer's old log-prob - engine's log-prob) per policy token; `token_truncate` weighs each
+    token by min(r, cap), `token_mask` by r, or 0 where r > cap; `sequence_truncate` weighs every token of a row
+    by min(R, cap), R the product of its tokens' r, and `sequence_mask` by R, or 0 where R > cap (the row leaves
+    the gradient). The KL term is not weighed."""
     vllm_importance_sampling_cap: float = Field(3.0, gt=0.0, le=1e6)
-    """TRL's `vllm_importance_sampling_cap` C (and its default, 3.0): the truncate modes clip the ratio from
-    above at C, the mask modes zero it where it is larger than C; there is no lower bound."""
+    """Extension, not the paper's: TRL's `vllm_importance_sampling_cap` C (and its default, 3.0): the truncate
+    modes clip the ratio from above at C, the mask modes zero it where it is larger than C; no lower bound."""
     shared_prefix: bool = True
     """Encode a group's common prompt once in every log-prob pass (exact; `rl.shared_prefix`). With it a
     micro-batch holds rows of one group, so `micro_batch_size: k` encodes each prompt once per pass."""
