@@ -141,11 +141,14 @@ def _score(ctx: RunContext, round_: int, env: str, options: dict[str, Any], task
     from coevolve.agents.evaluation import evaluate_splits
 
     started = time.perf_counter()
+    who = "initial policy" if round_ == BASE_ROUND else f"policy after round {round_}"
+    samples = ctx.config.eval.samples
+    episodes = sum(map(len, tasks.values())) * samples
+    if report:
+        report(f"eval {who}: {episodes} episodes on fresh tasks of {', '.join(tasks)} ({env}); loading it")
     policy = ctx.use_policy(round_)
     sampling, limits = eval_settings(ctx.config, max(round_, 0))
-    samples = ctx.config.eval.samples
-    who = "initial policy" if round_ == BASE_ROUND else f"policy after round {round_}"
-    progress = _progress_lines(who, sum(map(len, tasks.values())) * samples, started, report)
+    progress = _progress_lines(who, episodes, started, report)
     artifacts, outputs = evaluate_splits(policy, lambda: envs.make(env, **options), tasks,
                                          sampling, limits, run=ctx.run, round_=round_, samples=samples,
                                          max_live=ctx.config.eval.max_live_episodes, progress=progress)  # fmt: skip

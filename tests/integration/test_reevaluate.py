@@ -60,6 +60,7 @@ def test_eval_scores_the_last_policy_on_tasks_the_run_never_met(run_root):
     assert {row["policy_version"] for row in evals} == {summary["policy_version"]}
     assert "validation: success" in result.output and str(folder) in result.output
     assert not (run_root / "run=evo" / "evaluations").exists()  # nothing written into the run
+    assert "eval policy after round 1: 16 episodes on fresh tasks of validation, heldout-templates" in result.stderr
     assert "eval policy after round 1: 16/16 episodes" in result.stderr  # progress, apart from the results
 
 
