@@ -36,7 +36,8 @@ MAX_SESSIONS = 64
 
 def inventory_tasks(split: str) -> list[dict[str, Any]]:
     """Deterministic tasks of `split`, each a row of the adapter's task format: a prompt and the reset
-    arguments (a stock and the goal one item's count); test's stocks are disjoint from train's."""
+    arguments (a stock and the goal one item's count). No test prompt is a training prompt, though a run's
+    twin guard leaves out the training tasks worded like a test task (they differ in a number only)."""
     if split not in SPLIT_SIZES:
         raise ValueError(f"unknown split {split!r}; splits: {', '.join(SPLIT_SIZES)}")
     offset = 0 if split == "train" else 100
@@ -46,7 +47,7 @@ def inventory_tasks(split: str) -> list[dict[str, Any]]:
         item, have = ITEMS[k % len(ITEMS)], 1 + k % 7
         want = have + 1 + k % 4 if k % 2 == 0 else max(0, have - 1 - k % 3)
         stock = {item: have, ITEMS[(k + 1) % len(ITEMS)]: 3}
-        rows.append({"prompt": f"Make the stock room hold exactly {want} units of {item}.",
+        rows.append({"prompt": f"Make the stock room hold exactly {want} unit{'' if want == 1 else 's'} of {item}.",
                      "reset": {"stock": stock, "goal": {item: want}}, "family": "add" if want > have else "remove"})
     return rows
 
