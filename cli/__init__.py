@@ -156,7 +156,8 @@ def stage(
     """Re-run one stage of a run from its cached inputs (reports 'cached' when nothing changed).
 
     `--set` changes the run's saved config (so the flow and later stages use it too); stages whose
-    config sections it touches recompute when they next run."""
+    config sections it touches recompute when they next run. What reads the rewritten stage is stale until
+    then: the command names it, as `coevolve runs` does, and `coevolve run --run NAME` recomputes it."""
     from coevolve.flows.runs import check_round
     from coevolve.stages.plan import get_stage
 
@@ -182,6 +183,10 @@ def stage(
     typer.echo(f"{name} round {round_}: {state}; key {record.manifest.key}")
     for ref in record.manifest.artifacts.values():  # where the file is now: a runs folder can be moved
         typer.echo(f"  {ref.name}: {ref.rows} rows -> {layout.artifact_path(round_, name, ref.name)}")
+    from coevolve.flows.runs import stale_note
+
+    if note := stale_note(layout):  # the stages that read what it rewrote
+        typer.echo(note)
 
 
 def _rerun_stage(stage_def, cfg, layout, round_: int, *, force: bool):

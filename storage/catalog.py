@@ -45,6 +45,7 @@ from coevolve.storage.layout import MANIFEST
 from coevolve.storage.manifest import Manifest
 from coevolve.storage.parquet import file_matches
 from coevolve.storage.schemas import ARTIFACTS
+from coevolve.storage.staleness import stage_table
 
 CATALOG = "catalog.duckdb"
 
@@ -239,10 +240,14 @@ def _lock_down(con: duckdb.DuckDBPyConnection, root: Path) -> None:
 
 def connect(root: Path, files: ArtifactFiles | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory connection with every artifact view defined (never locks the catalog file) that reads
-    files under `root` only and cannot change its settings; `files`: a scan of `root` already made."""
+    files under `root` only and cannot change its settings; `files`: a scan of `root` already made. Its
+    `stages` table holds one row per stage run with its `stale` column (`staleness.stage_table`), made from
+    the manifests when the connection opens (the persisted catalog, a file other clients keep, has none: a
+    stage re-run would leave it saying something no longer true)."""
     con = duckdb.connect()
     try:
         _create_views(con, root, files)
+        con.from_arrow(stage_table(root)).create("stages")  # computed now: true of the manifests as they are
         _lock_down(con, root)
     except BaseException:
         con.close()

@@ -13,7 +13,8 @@ stage is itself stale (it will be computed again), or today's saved config gives
 computes it again, and then it is no longer stale. A manifest without that record (written before it was
 kept, or copied by `coevolve fork`) is never called stale; the next run that finds it cached records it.
 
-Nothing here imports the pipeline: the web view, the notebook, the catalog and `coevolve runs` call it.
+Nothing here imports the pipeline: the web view, the notebook, the catalog (its `stages` table, one row per
+stage run with `stale` and `stale_why` columns: `stage_table`) and `coevolve runs` call it.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
 import yaml
 
 from coevolve.core import content_hash
 from coevolve.storage.layout import MANIFEST
 from coevolve.storage.manifest import InputRef, Manifest
+from coevolve.storage.parquet import ArtifactError
 
 ROUND_PREFIX, STAGE_PREFIX = "round=", "stage="
 
@@ -35,8 +38,35 @@ def stale_stages(run_dir: Path) -> list[tuple[str, int, str]]:
     in the order the stages ran; `why` is one clause ("reads round 0 rollout's samples, rewritten since it
     ran"). An empty list when nothing is stale or there is no such run. A manifest of the wrong shape is an
     `ArtifactError` naming it."""
-    manifests = _manifests(Path(run_dir))
-    config_hash = _saved_config_hasher(Path(run_dir))
+    return _stale(Path(run_dir), _manifests(Path(run_dir)))
+
+
+STAGES = pa.schema([("run", pa.string()), ("round", pa.int64()), ("stage", pa.string()), ("key", pa.string()),
+                    ("seconds", pa.float64()), ("forked_from", pa.string()), ("stale", pa.bool_()),
+                    ("stale_why", pa.string())])  # fmt: skip
+"""The catalog's `stages` table (`stage_table`)."""
+
+
+def stage_table(root: Path) -> pa.Table:
+    """One row per completed stage run of every run under `root`: its cache key, seconds, the run it was
+    forked from, and whether it is stale and why (`stale_stages`), for `SELECT * FROM stages WHERE stale`. A
+    run holding a manifest of the wrong shape is left out (`coevolve runs` names it)."""
+    rows = []
+    for run_dir in sorted(p for p in Path(root).glob("run=*") if p.is_dir()):
+        try:
+            manifests = _manifests(run_dir)
+        except ArtifactError:
+            continue
+        stale = {(round_, stage): why for stage, round_, why in _stale(run_dir, manifests)}
+        rows += [{"run": run_dir.name.removeprefix("run="), "round": round_, "stage": stage, "key": m.key,
+                  "seconds": float(m.seconds), "forked_from": m.forked_from, "stale": (round_, stage) in stale,
+                  "stale_why": stale.get((round_, stage))}
+                 for (round_, stage), m in sorted(manifests.items(), key=lambda item: (item[0][0], item[1].started_at))]  # fmt: skip
+    return pa.Table.from_pylist(rows, schema=STAGES)
+
+
+def _stale(run_dir: Path, manifests: dict[tuple[int, str], Manifest]) -> list[tuple[str, int, str]]:
+    config_hash = _saved_config_hasher(run_dir)
     verdicts: dict[tuple[int, str], str | None] = {}
 
     def why(round_: int, stage: str) -> str | None:

@@ -43,6 +43,7 @@ def test_a_stage_rerun_shows_its_dependents_stale_and_the_next_run_recomputes_th
     rerun = cli("stage", "rollout", "--run", RUN, "--round", "0", "--set", "rollout.max_new_tokens=8")
     assert rerun.exit_code == 0 and "rollout round 0: computed" in rerun.output, rerun.output
     stale = {(round_, stage): why for stage, round_, why in stale_stages(layout.run_dir)}
+    assert f"run '{RUN}': {len(stale)} stale stages, from round 0" in rerun.output, rerun.output
     assert stale[0, "grpo_update"] == "reads round 0 rollout's samples, rewritten since it ran"
     # the --set is saved: round 1's rollout reads it too, and it draws with the policy of a stale update
     assert stale[1, "rollout"].startswith("the run's config changed since it ran (its fields: rollout")

@@ -125,3 +125,13 @@ def test_a_fork_across_file_systems_copies_the_checkpoint(tmp_path, monkeypatch)
     fork._link_tree(source, target)
     assert (target / "model.safetensors").read_bytes() == b"weights"
     assert (target / "model.safetensors").stat().st_mtime_ns == (source / "model.safetensors").stat().st_mtime_ns
+
+
+def test_the_catalogs_stages_table_has_a_stale_column_true_of_the_manifests_when_queried(layout):
+    sql = "SELECT round, stage, stale, stale_why FROM stages ORDER BY round, stage"
+    assert [row["stale"] for row in catalog.query(layout.root, sql).to_pylist()] == [False, False, False]
+    write(layout, 0, "rollout", artifacts={"samples": "changed"}, fields=["rollout"])
+    rows = catalog.query(layout.root, sql).to_pylist()
+    assert [(r["round"], r["stage"], r["stale"]) for r in rows] == [
+        (0, "grpo_update", True), (0, "rollout", False), (1, "rollout", True)]
+    assert rows[0]["stale_why"] == "reads round 0 rollout's samples, rewritten since it ran"
