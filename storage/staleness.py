@@ -11,7 +11,8 @@ upstream manifest holds (a stage re-run wrote other rows), the upstream stage ru
 stage is itself stale (it will be computed again), or today's saved config gives its fields another hash
 (a `--set` saved since). Each of these gives the stage another cache key, so the next `coevolve run`
 computes it again, and then it is no longer stale. A manifest without that record (written before it was
-kept, or copied by `coevolve fork`) is never called stale; the next run that finds it cached records it.
+kept, or copied by `coevolve fork`) is never called stale until a stage run finds it cached and records it
+(`coevolve stage`, or a `coevolve run` with something to compute).
 
 Nothing here imports the pipeline: the web view, the notebook, the catalog (its `stages` table, one row per
 stage run with `stale` and `stale_why` columns: `stage_table`) and `coevolve runs` call it.
