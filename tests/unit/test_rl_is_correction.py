@@ -59,8 +59,8 @@ def test_the_weights_multiply_the_surrogate_not_the_kl_term():
     weighed, _ = grpo_loss(lp, lp.detach(), ref, adv, mask, clip_low=0.2, clip_high=0.2, beta=0.5,
                            is_weights=torch.tensor([[1.0, 0.25, 0.0]]))  # fmt: skip
     kl = sum(math.exp(d) - d - 1 for d in (-0.2, 0.5))  # k3 at the two policy tokens
-    assert float(plain) == pytest.approx((-2 - 2 + 0.5 * kl) / 2)  # ratio 1: surrogate -A per token
-    assert float(weighed) == pytest.approx((-2 * 0.25 + 0.5 * kl) / 2)  # same divisor: a masked token still counts
+    assert float(plain.detach()) == pytest.approx((-2 - 2 + 0.5 * kl) / 2)  # ratio 1: surrogate -A per token
+    assert float(weighed.detach()) == pytest.approx((-2 * 0.25 + 0.5 * kl) / 2)  # same divisor: a masked token still counts
 
 
 def test_config_is_trls_and_unset_means_on_only_where_a_server_generates():
@@ -167,7 +167,7 @@ def test_a_masked_sequence_leaves_the_gradient_and_keeps_its_place_in_the_diviso
     grads = torch.autograd.grad(loss, list(model.parameters()))
     grads_without = torch.autograd.grad(without, list(model.parameters()))
     assert all(torch.allclose(a, b, atol=1e-7) for a, b in zip(grads, grads_without, strict=True))
-    assert float(loss) == pytest.approx(float(without))
+    assert float(loss.detach()) == pytest.approx(float(without.detach()))
 
 
 def test_correction_without_engine_logprobs_is_refused_in_one_line():
