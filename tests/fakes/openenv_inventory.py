@@ -40,14 +40,14 @@ def write_task_file(path: Path, splits: tuple[str, ...] = ("train", "test")) -> 
 
 
 @contextlib.contextmanager
-def served_inventory() -> Iterator[str]:
-    """The stock room served on a free 127.0.0.1 port for the block; yields its URL, then stops the server
-    (this process's own child, by its handle)."""
+def served_inventory(app_factory: str = APP_FACTORY) -> Iterator[str]:
+    """The stock room (or `app_factory`'s app) served on a free 127.0.0.1 port for the block; yields its URL,
+    then stops the server (this process's own child, by its handle)."""
     import httpx
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", APP_FACTORY, "--host", "127.0.0.1",
+    server = subprocess.Popen([sys.executable, "-m", "uvicorn", "--factory", app_factory, "--host", "127.0.0.1",
                                "--port", str(port), "--log-level", "warning"])  # fmt: skip
     try:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -145,3 +145,24 @@ class InventorySessions(_harness()[1]):
 
 STOCK_ROOM_SESSIONS = InventorySessions()
 """A `ResourceSessionFactory` instance, as a module may export one."""
+
+
+class UnlistedStockRoom(_stock_room()):
+    """The stock room without a task source of its own (OpenEnv's Task API answers 501)."""
+
+    def list_splits(self):
+        raise NotImplementedError
+
+    def list_tasks(self, split):
+        raise NotImplementedError
+
+
+def create_cramped_app() -> Any:
+    """`UnlistedStockRoom` served with OpenEnv's default of one session at a time."""
+    from openenv.core.env_server.http_server import create_app
+    from openenv.core.env_server.mcp_types import CallToolAction, CallToolObservation
+
+    return create_app(UnlistedStockRoom, CallToolAction, CallToolObservation, env_name="inventory")
+
+
+CRAMPED_APP = "tests.fakes.openenv_inventory:create_cramped_app"

@@ -12,10 +12,11 @@ from coevolve import envs  # noqa: E402
 from coevolve.agents.episodes import EpisodeLimits, run_episodes  # noqa: E402
 from coevolve.core import ToolCall  # noqa: E402
 from coevolve.envs.base import OptionError  # noqa: E402
+from coevolve.envs.openenv.sessions import SessionError  # noqa: E402
 from coevolve.envs.replay import replay_reference  # noqa: E402
 from coevolve.llm.chat import ChatFormat  # noqa: E402
 from coevolve.llm.engine import SamplingParams  # noqa: E402
-from tests.fakes.openenv_inventory import ENVIRONMENT, served_inventory, write_task_file  # noqa: E402
+from tests.fakes.openenv_inventory import CRAMPED_APP, ENVIRONMENT, served_inventory, write_task_file  # noqa: E402
 from tests.fakes.teacher import OracleEngine  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -103,3 +104,18 @@ def test_a_stopped_server_is_one_line_naming_the_url(tmp_path):
         envs.make("openenv", url=url, tasks=str(task_file))
     with pytest.raises(OptionError, match=f"env.options.url: no OpenEnv server answers at {url}"):
         envs.make("openenv", url=url, tasks=str(task_file))
+
+
+def test_a_server_without_tasks_or_room_for_another_session_is_one_line_each(tmp_path):
+    task_file = write_task_file(tmp_path / "tasks.jsonl", splits=("test",))
+    with served_inventory(CRAMPED_APP) as url:
+        with pytest.raises(OptionError) as refused:
+            envs.make("openenv", url=url).splits()
+        assert str(refused.value).startswith(f"env.options.tasks: {url}/inventory/splits answered HTTP 501")
+        first, second = (envs.make("openenv", url=url, tasks=str(task_file)) for _ in range(2))
+        task = first.tasks("test")[0]
+        first.reset(task)
+        with pytest.raises(SessionError) as refused:
+            second.reset(task)
+        assert str(refused.value).startswith(url) and "\n" not in str(refused.value)
+        first.close()
