@@ -101,9 +101,13 @@ class Pages:
     def run(self, request: Request) -> HTMLResponse:
         run = self._run(request)
         metrics = queries.round_metrics(self.reader, [run])
-        rounds = self.reader.layout(run).rounds()
+        rounds, stale = self.reader.layout(run).rounds(), self.reader.stale(run)
+        stale_rounds: dict[int, list[str]] = {}
+        for s in stale:  # a round's figures come from its stages: a stale one makes them stale
+            stale_rounds.setdefault(s["round"], []).append(s["stage"])
         return self.render(request, "run.html", run=run, rounds=rounds, metrics=metrics[run],
-                           charts=curves(metrics), config=self.reader.config(run),
+                           charts=curves(metrics), config=self.reader.config(run), stale=stale,
+                           stale_rounds=stale_rounds,
                            evaluations=queries.fresh_evaluations(self.reader, run))  # fmt: skip
 
     def round(self, request: Request) -> HTMLResponse:
@@ -112,8 +116,9 @@ class Pages:
             raise LookupError(f"run {run!r} has no round {round_}")
         source = request.query_params.get("source") or None
         episodes, page = queries.round_episodes(self.reader, run, round_, source, _page(request))
+        stale = {s["stage"]: s["why"] for s in self.reader.stale(run) if s["round"] == round_}
         return self.render(request, "round.html", run=run, round=round_, stages=self.reader.stages(run, round_),
-                           episodes=episodes, page=page, source=source,
+                           stale=stale, episodes=episodes, page=page, source=source,
                            sources=queries.round_sources(self.reader, run, round_))  # fmt: skip
 
     def trajectory(self, request: Request) -> Response:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coevolve.config import SIGNAL_KINDS
+from coevolve.storage.parquet import ArtifactError
 from coevolve.ui.lineage import candidate_label
 from coevolve.ui.reader import RunsReader
 
@@ -93,15 +94,25 @@ def _trained_on(rounds: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
 
 
 def runs_overview(reader: RunsReader, runs: list[str], metrics: dict) -> list[dict[str, Any]]:
-    """One row per run: model, environment, rounds trained, the last figures of each curve."""
+    """One row per run: model, environment, rounds trained, the last figures of each curve, its stale stages."""
     rows = []
     for run in runs:
         config, rounds = reader.config(run), metrics.get(run, {})
         last = {key: _last(rounds, key) for key in (*CURVES, "zero_shot_success")}
         trained = sum(1 for m in rounds.values() if m.get("train_episodes"))
         rows.append({"run": run, "model": (config.get("model") or {}).get("name"),
-                     "env": (config.get("env") or {}).get("name"), "rounds": trained, **last})  # fmt: skip
+                     "env": (config.get("env") or {}).get("name"), "rounds": trained, **last,
+                     **_stale_or_why_not(reader, run)})  # fmt: skip
     return rows
+
+
+def _stale_or_why_not(reader: RunsReader, run: str) -> dict[str, Any]:
+    """`stale`: the run's stale stages (`RunsReader.stale`); `unreadable`: why they could not be told (a
+    manifest of the wrong shape, named), so one such run leaves the others listed."""
+    try:
+        return {"stale": reader.stale(run), "unreadable": None}
+    except ArtifactError as exc:
+        return {"stale": [], "unreadable": str(exc)}
 
 
 def _last(rounds: dict[int, dict[str, Any]], key: str) -> Any:

@@ -5,7 +5,8 @@ can write while the view reads; it reads files under the root only and its setti
 every request through its own cursor. The views read globs, so new files of a known artifact are seen at
 once. Artifacts that appear later (a run's first signals) get their view when the connection is rebuilt:
 every `refresh_s` seconds, in a background thread (it reads every Parquet footer once), while requests
-keep using the previous one. Nothing here writes.
+keep using the previous one. Which stages are stale is read from the manifests on each request
+(`RunsReader.stale`). Nothing here writes.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import yaml
 from coevolve.storage.catalog import connect
 from coevolve.storage.layout import MANIFEST, RunLayout
 from coevolve.storage.manifest import Manifest
+from coevolve.storage.staleness import stale_stages
 
 STAGE_ORDER = ("warm-start", "bootstrap", "baseline", "rollout", "signals", "explore", "triples", "abstract",
                "verify", "merge", "grpo_update", "evaluate")  # fmt: skip
@@ -116,6 +118,15 @@ class RunsReader:
             files = sorted(p.stem for p in folder.glob("*.parquet"))
             out.append({"stage": name, "manifest": Manifest.read(folder / MANIFEST), "files": files})
         return out
+
+    def stale(self, run: str) -> list[dict[str, Any]]:
+        """The run's stale stage runs, by round (`storage.staleness.stale_stages`: a stage that read an upstream
+        artifact or policy rewritten since, or whose config fields the saved config now sets otherwise), each
+        `{"round", "stage", "why"}`. Read from the manifests at each call, not from the connection's `stages`
+        table (built with the connection, up to `refresh_s` old), so a stage re-run shows on the next request.
+        A manifest of the wrong shape is an `ArtifactError` naming it."""
+        return [{"round": round_, "stage": stage, "why": why}
+                for stage, round_, why in stale_stages(self.layout(run).run_dir)]  # fmt: skip
 
     def manifest(self, run: str, round_: int, stage: str) -> Manifest | None:
         return Manifest.read(self.layout(run).manifest_path(round_, stage))
