@@ -5,7 +5,8 @@ and the tool it names (none for the control), the tools its context held, the to
 successfully, and every candidate its calls were abstracted into with its verdict and reason, and the
 admitted task ids. The links, each a proportion with its Wilson interval:
 
-- (a) `call`: explorations that made a successful call of their gap tool, of all explorations aimed at it;
+- (a) `call`: explorations that made a successful call of their gap tool, of all explorations aimed at it
+  (the row keeps the errors of its failed calls of it, its replies and its malformed calls);
 - (b) `pass`: `ok` candidates calling their exploration's gap tool that verification admits (`merge.admit`);
 - (c) `admit`: admitted tasks calling a gap family's tool, per family per round (counts), and explorations
   whose admitted tasks include one of their own family (a proportion).
@@ -24,6 +25,8 @@ THRESHOLD = ("(a) the share of explorations that call their named gap tool succe
 MIN_CALL_YIELD = 0.5
 MIN_ADMITTED_PER_FAMILY = 1
 Z95 = 1.959963984540054
+MAX_ERROR_CHARS = 200
+"""A failed call's error as a row keeps it."""
 
 
 def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float, float] | None:
@@ -80,7 +83,10 @@ def exploration_row(aim, *, round_: int, named: bool, exploration: dict, steps: 
     """One exploration's row (`aim`: its `targets.Aim`; `exploration`: its `explorations` row; `steps`: its
     episodes' steps; `candidates`: the candidate rows abstracted from its calls)."""
     context = json.loads(exploration["context"]) if exploration["context"] else {}
+    steps = list(steps)
     called = sorted({s["tool"] for s in steps if s["kind"] == "call" and s["ok"]})
+    failed = [s["observation"][:MAX_ERROR_CHARS] for s in steps if s["kind"] == "call" and s["tool"] == aim.tool
+              and not s["ok"]]  # fmt: skip
     rows = []
     for c in candidates:
         outcome, reason, task_id = verdicts.get(c["candidate_id"], (None, c.get("reason") or "", None))
@@ -95,7 +101,9 @@ def exploration_row(aim, *, round_: int, named: bool, exploration: dict, steps: 
         "reason": exploration["reason"],
         "tools_in_context": sorted({*context.get("tools", []), *context.get("named_tools", []),
                                     *([context["listing"]] if context.get("listing") else [])}),
-        "tools_called_ok": called, "called_gap_tool": aim.tool in called, "candidates": rows,
+        "tools_called_ok": called, "called_gap_tool": aim.tool in called, "gap_tool_errors": failed,
+        "replies": sum(s["call_index"] == 0 for s in steps),
+        "parse_errors": sum(s["kind"] == "parse_error" for s in steps), "candidates": rows,
         "admitted_task_ids": sorted({r["task_id"] for r in rows if r["task_id"]}),
     }  # fmt: skip
 

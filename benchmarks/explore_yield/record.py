@@ -25,6 +25,7 @@ SCHEMA = pl.Schema({
     "world_task_id": pl.String, "signal_kind": pl.String, "named_tool": pl.String, "gap_tool": pl.String,
     "gap_family": pl.String, "listing": pl.String, "status": pl.String, "reason": pl.String,
     "tools_in_context": pl.List(pl.String), "tools_called_ok": pl.List(pl.String), "called_gap_tool": pl.Boolean,
+    "gap_tool_errors": pl.List(pl.String), "replies": pl.Int64, "parse_errors": pl.Int64,
     "candidates": pl.List(CANDIDATE), "admitted_task_ids": pl.List(pl.String),
 })  # fmt: skip
 
@@ -47,11 +48,15 @@ def failures(rows: Sequence[dict]) -> list[str]:
     aimed = [c for r in rows for c in r["candidates"] if c["status"] == "ok" and c["calls_gap_tool"]]
     reasons = Counter((c["reason"] or "").split(":")[0].split(";")[0].strip() or "(none)" for c in aimed
                       if c["task_id"] is None)  # fmt: skip
+    errors = Counter((e or "").split(";")[0][:80] for r in missed for e in r.get("gap_tool_errors") or [])
+    tried = sum(bool(r.get("gap_tool_errors")) for r in missed)
     abstracted = Counter(c["status"] for r in rows if r["called_gap_tool"] for c in r["candidates"])
     return [
         f"- reflections: {dict(statuses)}; the gap tool was in the context of {in_context} of {len(rows)}",
         f"- explorations that never called their gap tool: {len(missed)}; what they called instead (top 6): "
         f"{dict(called_other.most_common(6))}",
+        f"- of those, {tried} called it and failed; their errors (top 6): {dict(errors.most_common(6))}; replies "
+        f"{sum(r.get('replies') or 0 for r in missed)}, malformed calls {sum(r.get('parse_errors') or 0 for r in missed)}",
         f"- candidates of the explorations that did call it, by status: {dict(abstracted)}",
         f"- candidates calling the gap tool that verification discarded, by reason: {dict(reasons.most_common(8))}",
     ]

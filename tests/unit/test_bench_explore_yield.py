@@ -108,6 +108,7 @@ def test_a_round_counts_the_explorations_that_call_their_tool_and_the_verdicts_o
         and "get_contact" in by_tool["get_contact"]["tools_called_ok"]
     )
     assert not by_tool["deposit"]["called_gap_tool"] and by_tool["deposit"]["named_tool"] == "deposit"
+    assert by_tool["deposit"]["gap_tool_errors"] == [] and by_tool["deposit"]["replies"] > 0  # never tried it
     aimed = [c for c in by_tool["get_contact"]["candidates"] if c["status"] == "ok" and c["calls_gap_tool"]]
     assert aimed, "the abstraction of the get_contact call gives a candidate calling it"
     for c in (c for row in rows for c in row["candidates"] if c["status"] == "ok"):
