@@ -25,8 +25,12 @@ engine_app = command_group("Inference servers for the policy (vLLM, in its own v
 def env_list() -> None:
     """Environments, their splits and task counts (or what is missing to use them)."""
     from coevolve import envs
+    from coevolve.flows.env_check import listing
 
     for name in envs.available():
+        if (line := listing(name)) is not None:  # an adapter: its options name the environment
+            typer.echo(line)
+            continue
         try:
             env = envs.make(name)
             counts = ", ".join(f"{s} {len(env.tasks(s))}" for s in env.splits())
@@ -43,11 +47,26 @@ def first_sentence(text: str, limit: int = 140) -> str:
 
 
 @env_app.command("check")
-def env_check(name: Annotated[str, typer.Argument(help="Environment name.")]) -> None:
+def env_check(
+    name: Annotated[str | None, typer.Argument(help="Environment name (default: the config's env.name).")] = None,
+    config: Annotated[Path | None, typer.Option(help="Run config whose env section (name, options) to check.")] = None,
+) -> None:
     """Say what an environment needs and whether it is there (exit 1 if something is missing)."""
+    from coevolve.config import load_config
     from coevolve.flows.env_check import check_environment, ready
 
-    findings = check_environment(name)
+    options = {}
+    if config is not None:
+        try:
+            env = load_config(config).env
+        except user_errors() as exc:
+            fail(str(exc))
+        if name not in (None, env.name):
+            fail(f"{config} configures env.name {env.name!r}, not {name!r}")
+        name, options = env.name, dict(env.options)
+    if name is None:
+        fail("name an environment or pass --config CONFIG (`coevolve env list` shows the names)")
+    findings = check_environment(name, options)
     for line in findings:
         typer.echo(line)
     if not ready(findings):

@@ -9,11 +9,15 @@ Each finding is one line starting with `ok:`, `missing:` (something to fix) or `
 line is `missing:`. The CLI (`coevolve env check NAME`) prints the lines and exits non-zero unless ready.
 
 For AppWorld the server's URL is the option `base_url`, else $APPWORLD_URL, else http://127.0.0.1:8000.
+For OpenEnv (`env.name: openenv`) the options name the environment (`environment` or `url`), so it is
+checked with a config's: `coevolve env check --config my-config.yaml`; `listing(name)` is the line
+`coevolve env list` shows for an adapter that needs them.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -28,8 +32,13 @@ from coevolve.envs.appworld.client import (
     serve_command,
 )
 from coevolve.envs.appworld.tasks import data_root
+from coevolve.envs.openenv.sessions import EXTRA_MODULES, check_server, load_attribute
 
 BFCL_PIN = "2026.3.23"
+OPENENV_INSTALL = ".venv/bin/pip install -e '.[openenv]'"
+OPENENV_EXAMPLES = ("coevolve.envs.openenv.example_inventory:InventoryEnvironment",
+                    "coevolve.envs.openenv.toolworld_server:ToolWorldOpenEnv")  # fmt: skip
+"""The OpenEnv environments shipped with the adapter (docs/openenv.md)."""
 OK, MISSING, NOTE, RUN = "ok: ", "missing: ", "note: ", "  run: "
 
 
@@ -46,6 +55,32 @@ def check_environment(name: str, options: dict[str, Any] | None = None) -> list[
 def ready(findings: list[str]) -> bool:
     """True when no finding reports something missing."""
     return not any(line.startswith(MISSING) for line in findings)
+
+
+def listing(name: str) -> str | None:
+    """The `coevolve env list` line of an adapter whose environment its options name (None for the others):
+    what it adapts, or that its extra is missing."""
+    if name != "openenv":
+        return None
+    missing = _missing_modules(EXTRA_MODULES)
+    if missing:
+        return (f"openenv: not available (the openenv extra is not installed: no module {missing[0]!r}); "
+                f"run {OPENENV_INSTALL}")  # fmt: skip
+    return (f"openenv: adapter for OpenEnv environments, named by env.options.environment or url (docs/openenv.md); "
+            f"shipped: {', '.join(OPENENV_EXAMPLES)}")  # fmt: skip
+
+
+def _missing_modules(names: tuple[str, ...]) -> list[str]:
+    """The modules of `names` that cannot be imported here (found without importing them)."""
+    missing = []
+    for module in names:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):  # a module set to None or without a spec: not importable
+            found = False
+        if not found:
+            missing.append(module)
+    return missing
 
 
 def _counts(env: Any, splits: list[str] | None = None) -> str:
@@ -178,8 +213,30 @@ def _appworld_task_loads(client: Any, task_id: str) -> str:
     return f"{OK}the server loads task {task_id}"
 
 
+def _check_openenv(name: str, options: dict[str, Any]) -> list[str]:
+    """The extra, the environment's import path or server, its tasks: one line each for what is missing."""
+    missing = _missing_modules(EXTRA_MODULES)
+    if missing:
+        return [f"{MISSING}the openenv extra is not installed (no module {missing[0]!r})", f"{RUN}{OPENENV_INSTALL}"]
+    if not options.get("environment") and not options.get("url"):
+        return [f"{MISSING}no OpenEnv environment named: set env.options.environment (an import path) or "
+                "env.options.url (its server) in a config, then `coevolve env check --config CONFIG`"]  # fmt: skip
+    findings = []
+    for option, check, found in (("environment", load_attribute, "imports"),
+                                 ("url", check_server, "answers as an OpenEnv server")):  # fmt: skip
+        if not options.get(option):
+            continue
+        try:
+            check(str(options[option]))
+        except ValueError as exc:
+            return [*findings, f"{MISSING}env.options.{option}: {exc}"]
+        findings.append(f"{OK}env.options.{option} {options[option]} {found}")
+    return findings + _check_generic(name, options)
+
+
 _CHECKS: dict[str, Callable[[str, dict[str, Any]], list[str]]] = {
     "toolworld": _check_toolworld,
     "bfcl": _check_bfcl,
     "appworld": _check_appworld,
+    "openenv": _check_openenv,
 }
