@@ -11,10 +11,10 @@ environment, and gives the same data as the native `toolworld`:
 - `state`: OpenEnv's `State` whose fields besides `episode_id`/`step_count` are the world state, so the
   adapter's state digest is the native one;
 - reward: the tool world's `score`. `verify(transcript, final_state)` (called in process) reads each turn's
-  final reply from the transcript and checks the answers too: the native reward. OpenEnv's server carries
-  tool calls only, never the agent's replies, so the reward of an observation (the rubric, what a served
-  session reads) scores the world state and tool use alone; a transcript without a user turn (a replay of
-  calls, as verification runs) is scored the same way.
+  final reply from the transcript: the native reward. OpenEnv's server carries tool calls only, never the
+  agent's replies, so the reward of an observation (the rubric, what a served session reads) looks for the
+  answers in the tool results of the episode instead, as does `verify` on a transcript without a user turn
+  (a replay of calls, as verification runs): the checks of the native `build_checker`.
 
 Tasks are the native splits' (`list_splits`/`list_tasks`, rows of `envs.openenv.tasks`' format). Served:
 `uvicorn --factory coevolve.envs.openenv.toolworld_server:create_toolworld_app --host 127.0.0.1 --port 8012`.
@@ -92,8 +92,9 @@ def replies_of(transcript: list[dict[str, Any]]) -> tuple[list[str | None], int]
 
 
 class WorldRubric(Rubric):
-    """The tool world's score of the current state and tool use, the answers left out (the server never
-    sees a reply): 1.0 when the world is the expected one and no answer is asked, else partial credit."""
+    """The tool world's score of the current state and tool use, each answer looked for in the episode's
+    tool results (the server never sees a reply): 1.0 when the world is the expected one and every answer
+    was read, else partial credit."""
 
     def __init__(self, environment: ToolWorldOpenEnv) -> None:
         super().__init__()
@@ -118,6 +119,7 @@ class ToolWorldOpenEnv(Environment):
         self._checker: dict[str, Any] = {"final_state": {}, "answers": []}
         self._wanted: frozenset[str] = frozenset()
         self._use = ToolUse()
+        self._results: list[str] = []
         self._state = State(episode_id=None, step_count=0)
         self._native: ToolWorldEnv | None = None
         self.rubric = WorldRubric(self)
@@ -133,7 +135,7 @@ class ToolWorldOpenEnv(Environment):
         self._world = World(initial_state)
         self._offered = tuple(self._catalog.names(self._world.loaded))
         self._checker = {"final_state": checker["final_state"], "answers": checker.get("answers") or []}
-        self._wanted, self._use = frozenset(solution_tools or ()), ToolUse()
+        self._wanted, self._use, self._results = frozenset(solution_tools or ()), ToolUse(), []
         self._state = State(episode_id=episode_id, step_count=0)
         observation = Observation(done=False, metadata={"apps": sorted(self._world.loaded)})
         observation.reward = self._apply_rubric(None, observation)
@@ -153,6 +155,7 @@ class ToolWorldOpenEnv(Environment):
         self._use = ToolUse(any_ok=use.any_ok or outcome.ok, called=use.called | {action.tool_name},
                             parsed=use.parsed + 1, malformed=use.malformed)  # fmt: skip
         if outcome.ok:
+            self._results.append(outcome.content())
             observation = CallToolObservation(tool_name=action.tool_name, result=outcome.content())
         else:
             error = ToolError(error_type=ToolErrorType.EXECUTION_ERROR, message=outcome.error)
@@ -167,7 +170,7 @@ class ToolWorldOpenEnv(Environment):
 
     def verify(self, transcript: list[dict[str, Any]], final_state: Any = None) -> VerifyResult:
         """The native reward of the episode: the world state, tool use and each turn's reply in `transcript`
-        (with no user turn in it, the world state and tool use alone)."""
+        (with no user turn in it, the answers looked for in the tool results)."""
         evaluation = self.evaluation(transcript)
         return VerifyResult(env_reward=evaluation.reward, done=True, metrics={"success": evaluation.success})
 
@@ -175,12 +178,13 @@ class ToolWorldOpenEnv(Environment):
 
     def evaluation(self, transcript: list[dict[str, Any]] | None) -> Any:
         """The tool world's `Evaluation` (`checker.score`); without the agent's replies (None, or a
-        transcript with no user turn) the answer checks are left out."""
+        transcript with no user turn) each turn's answers are looked for in the episode's tool results."""
         replies, malformed = replies_of(transcript or [])
-        checker = self._checker if replies else {**self._checker, "answers": []}
+        if not replies:
+            replies = ["\n".join(self._results)] * len(self._checker["answers"])
         use = ToolUse(any_ok=self._use.any_ok, called=self._use.called, parsed=self._use.parsed,
                       malformed=malformed)  # fmt: skip
-        return score(checker, self._world.state(), replies, use, self._wanted)
+        return score(self._checker, self._world.state(), replies, use, self._wanted)
 
     # -- its own task source -----------------------------------------------------------------------
 

@@ -1,9 +1,13 @@
 """The built-in tool world as an OpenEnv environment (`envs.openenv.toolworld_server`), run in process
 through the adapter (`env.name: openenv`): the reference solutions of every split replay to the native
 environment's rewards, state digests, tool schemas and tool messages; a failing episode earns the same
-partial credit; the environment's own verify admits the reference and refuses calls that miss the goal."""
+partial credit; the environment's own verify admits the reference and refuses calls that miss the goal;
+the verify stage gives the native verdicts on the same candidates, except one that stops short of the
+explored task's goal (its reset arguments hold that goal)."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -12,6 +16,10 @@ pytest.importorskip("openenv", reason="the openenv extra is not installed (pip i
 from coevolve import envs  # noqa: E402
 from coevolve.core import ToolCall  # noqa: E402
 from coevolve.envs.replay import final_answer  # noqa: E402
+from coevolve.stages.verify.candidates import Rejected  # noqa: E402
+from coevolve.stages.verify.checks import check_candidate  # noqa: E402
+from coevolve.stages.verify.contamination import HeldOut  # noqa: E402
+from coevolve.stages.verify.settings import VerifySettings  # noqa: E402
 
 TOOLWORLD = "coevolve.envs.openenv.toolworld_server:ToolWorldOpenEnv"
 PER_SPLIT = 6
@@ -79,3 +87,44 @@ def test_the_environment_s_verify_admits_the_reference_and_refuses_a_miss(pair):
     first = own.solution[0][0]
     with pytest.raises(ValueError, match=f"{first.name} failed: .*missing argument"):
         adapted.derive_checker(task.initial_state, task.turns, [[ToolCall(name=first.name, arguments={})]], [[]])
+
+
+def candidate(task, initial_state, calls):
+    return {"candidate_id": "c", "group_id": "g-c", "exploration_id": "x", "task_id": "t", "env": "toolworld",
+            "status": "ok", "query": task.turns[0], "solution": json.dumps(calls),
+            "answers": json.dumps(task.checker["answers"][0]), "initial_state": json.dumps(initial_state)}  # fmt: skip
+
+
+def verdict(make, row):
+    """The verify stage's verdict on a candidate row: accepted (and executed), or the refusal's kind."""
+    try:
+        return "accepted", check_candidate(make, row, HeldOut(), VerifySettings()).executed
+    except Rejected as refused:
+        return "rejected", str(refused).split(":")[0]
+
+
+def test_verification_gives_the_native_verdicts_on_the_same_candidates(pair):
+    native, adapted = pair
+    pairs = [(own, task) for own, task in zip(native.tasks("train"), adapted.tasks("train"), strict=True)
+             if len(own.turns) == 1][:12]  # fmt: skip
+    assert any(own.checker["answers"][0] for own, _ in pairs)  # questions (answers read) and actions both
+    seen = set()
+    for own, task in pairs:
+        reference = [call.model_dump() for call in own.solution[0]]
+        for calls in (reference, [], [{"name": reference[0]["name"], "arguments": {}}]):
+            at_home = verdict(lambda: envs.make("toolworld"), candidate(own, own.initial_state, calls))
+            through_openenv = verdict(lambda: envs.make("openenv", environment=TOOLWORLD),
+                                      candidate(own, task.initial_state, calls))  # fmt: skip
+            assert through_openenv[0] == at_home[0], (own.id, calls, at_home, through_openenv)
+            seen.add(at_home[0])
+    assert seen == {"accepted", "rejected"}
+
+
+def test_a_candidate_short_of_the_explored_goal_is_refused_by_the_environment(pair):
+    native, adapted = pair
+    own, task = next((o, t) for o, t in zip(native.tasks("train"), adapted.tasks("train"), strict=True)
+                     if len(o.turns) == 1 and o.family == "buy_product")  # fmt: skip
+    short = [call.model_dump() for call in own.solution[0]][:-1]
+    assert verdict(lambda: envs.make("toolworld"), candidate(own, own.initial_state, short))[0] == "accepted"
+    refused = verdict(lambda: envs.make("openenv", environment=TOOLWORLD), candidate(own, task.initial_state, short))
+    assert refused == ("rejected", "replay")  # its reset arguments hold the explored task's goal
