@@ -2,5 +2,6 @@
 
 `env.OpenEnvEnv` is the project's `Environment` over an OpenEnv environment named by import path (in this
 process) or by its server's URL; `sessions` holds the two ways of talking to it, `tasks` the task file
-format, `example_inventory` a small environment of our own (docs/openenv.md). Needs the `openenv` extra.
+format, `example_inventory` a small environment of our own, `toolworld_server` the built-in tool world as
+an OpenEnv environment (docs/openenv.md). Needs the `openenv` extra.
 """
