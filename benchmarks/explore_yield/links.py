@@ -6,7 +6,8 @@ successfully, and every candidate its calls were abstracted into with its verdic
 admitted task ids. The links, each a proportion with its Wilson interval:
 
 - (a) `call`: explorations that made a successful call of their gap tool, of all explorations aimed at it
-  (the row keeps the errors of its failed calls of it, its replies and its malformed calls);
+  (the row keeps the errors of its failed calls of it, its replies, its malformed calls and each episode's
+  first reply);
 - (b) `pass`: `ok` candidates calling their exploration's gap tool that verification admits (`merge.admit`);
 - (c) `admit`: admitted tasks calling a gap family's tool, per family per round (counts), and explorations
   whose admitted tasks include one of their own family (a proportion).
@@ -26,7 +27,7 @@ MIN_CALL_YIELD = 0.5
 MIN_ADMITTED_PER_FAMILY = 1
 Z95 = 1.959963984540054
 MAX_ERROR_CHARS = 200
-"""A failed call's error as a row keeps it."""
+"""A failed call's error, or an episode's first reply, as a row keeps it."""
 
 
 def wilson_interval(successes: int, trials: int, z: float = Z95) -> tuple[float, float] | None:
@@ -103,6 +104,7 @@ def exploration_row(aim, *, round_: int, named: bool, exploration: dict, steps: 
                                     *([context["listing"]] if context.get("listing") else [])}),
         "tools_called_ok": called, "called_gap_tool": aim.tool in called, "gap_tool_errors": failed,
         "replies": sum(s["call_index"] == 0 for s in steps),
+        "first_replies": [s["reply"][:MAX_ERROR_CHARS] for s in steps if s["step"] == 0 and s["call_index"] == 0],
         "parse_errors": sum(s["kind"] == "parse_error" for s in steps), "candidates": rows,
         "admitted_task_ids": sorted({r["task_id"] for r in rows if r["task_id"]}),
     }  # fmt: skip

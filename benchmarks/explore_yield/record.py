@@ -25,7 +25,7 @@ SCHEMA = pl.Schema({
     "world_task_id": pl.String, "signal_kind": pl.String, "named_tool": pl.String, "gap_tool": pl.String,
     "gap_family": pl.String, "listing": pl.String, "status": pl.String, "reason": pl.String,
     "tools_in_context": pl.List(pl.String), "tools_called_ok": pl.List(pl.String), "called_gap_tool": pl.Boolean,
-    "gap_tool_errors": pl.List(pl.String), "replies": pl.Int64, "parse_errors": pl.Int64,
+    "gap_tool_errors": pl.List(pl.String), "replies": pl.Int64, "first_replies": pl.List(pl.String), "parse_errors": pl.Int64,
     "candidates": pl.List(CANDIDATE), "admitted_task_ids": pl.List(pl.String),
 })  # fmt: skip
 
