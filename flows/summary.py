@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from coevolve.config import SIGNAL_KINDS
+from coevolve.config import EXTENSION_SIGNAL_KINDS, SIGNAL_KINDS
 from coevolve.flows.evaluations import newest_evaluation
 from coevolve.flows.evolution_counts import STATUSES, CandidateCounts
 from coevolve.rl.rollout_metrics import ROLLOUT_FIGURES
@@ -35,7 +35,7 @@ def round_metrics(store: RunStore, round_: int, dataset_size: int | None = None)
     row["tokens_per_second"] = out["rollout"].get("tokens_per_second")
     for key in ROLLOUT_FIGURES:  # TRL's names (`rl.rollout_metrics`); none in a rollout from before them
         row[key] = out["rollout"].get(key)
-    for kind in SIGNAL_KINDS:
+    for kind in (*SIGNAL_KINDS, *EXTENSION_SIGNAL_KINDS):
         row[f"{kind}_signals"] = out["signals"].get(f"{kind}_signals")
     row["explorations"] = out["explore"].get("explorations")
     counts = CandidateCounts.of(out["abstract"], out["verify"] or None)
@@ -75,11 +75,13 @@ def round_line(row: dict[str, Any], cached: list[str] | None = None, computed: l
         parts.append(f"train {row['train_success']:.0%} reward {row['train_reward']:.2f}")
     signals = [row[f"{k}_signals"] for k in SIGNAL_KINDS]
     if any(s is not None for s in signals):
-        mix = "/".join(str(s or 0) for s in signals)
+        extensions = [k for k in EXTENSION_SIGNAL_KINDS if row.get(f"{k}_signals") is not None]
+        mix = "/".join(str(row[f"{k}_signals"] or 0) for k in (*SIGNAL_KINDS, *extensions))
+        letters = "/".join(k[0] for k in (*SIGNAL_KINDS, *extensions))
         counts = row_counts(row)
         made = f" -> {counts.label()}" if counts is not None else ""
         added = f" -> +{row['added_tasks']} tasks" if row.get("added_tasks") is not None else ""
-        parts.append(f"signals {mix} (f/b/r){made}{added}")
+        parts.append(f"signals {mix} ({letters}){made}{added}")
     if row["dataset_size"] is not None:
         parts.append(f"|D| {row['dataset_size']}")
     if row["loss"] is not None:

@@ -26,7 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from coevolve.config import SIGNAL_KINDS, CoevolveConfig, ConfigError
+from coevolve.config import EXTENSION_SIGNAL_KINDS, SIGNAL_KINDS, CoevolveConfig, ConfigError
 from coevolve.flows.tracking_writers import WRITERS, Point
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.parquet import write_text_atomic
@@ -53,7 +53,7 @@ ROUND_TAGS = {  # round_metrics name -> tag; loss and kl are logged per step ins
     "completions_mean_length": "train/completions/mean_length",
     "completions_clipped_ratio": "train/completions/clipped_ratio",
     "tools_call_frequency": "train/tools/call_frequency", "tools_failure_frequency": "train/tools/failure_frequency",
-    **{f"{kind}_signals": f"evolution/{kind}_signals" for kind in SIGNAL_KINDS},
+    **{f"{kind}_signals": f"evolution/{kind}_signals" for kind in (*SIGNAL_KINDS, *EXTENSION_SIGNAL_KINDS)},
     **{name: f"evolution/{name}" for name in ("explorations", "candidates", "candidates_ok", "candidates_unparsable",
        "candidates_invalid", "candidates_duplicate", "accept", "retain", "discard", "wordings_checked",
        "added_tasks", "dataset_size")},  # verdicts per distinct solution (flows.evolution_counts)

@@ -7,6 +7,7 @@ with `--set key=value` overrides (`loading`).
 
 from coevolve.config.evolution import (
     MOVED_FIELDS,
+    EXTENSION_SIGNAL_KINDS,
     SIGNAL_KINDS,
     AbstractConfig,
     EvolveConfig,
@@ -45,7 +46,7 @@ from coevolve.config.teacher import (
 )
 
 __all__ = [
-    "MOVED_FIELDS", "SIGNAL_KINDS", "AbstractConfig", "CoevolveConfig", "ConfigError", "DatasetConfig", "EnvConfig", "EvalConfig",
+    "EXTENSION_SIGNAL_KINDS", "MOVED_FIELDS", "SIGNAL_KINDS", "AbstractConfig", "CoevolveConfig", "ConfigError", "DatasetConfig", "EnvConfig", "EvalConfig",
     "EvolveConfig", "ExploreConfig", "LocalTeacherConfig", "MergeConfig", "ModelConfig", "OpenAITeacherConfig",
     "PolicyTeacherConfig", "RolloutConfig", "RunSection", "RuntimeSection", "SignalsConfig", "StorageSection",
     "TeacherConfig", "TrackingSection", "TrainConfig", "VerifyConfig", "WarmStartSection", "apply_override", "find_config", "load_config",

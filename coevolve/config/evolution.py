@@ -11,6 +11,10 @@ from pydantic import Field, model_validator
 from coevolve.config.section import Section
 
 SIGNAL_KINDS = ("forgetting", "boundary", "rare")
+"""The paper's signal kinds, the default of `signals.kinds`."""
+EXTENSION_SIGNAL_KINDS = ("unused",)
+"""Signal kinds beyond the paper's (`stages/signals/rules.py`); summaries and tracking count them when a run
+has them."""
 """The paper's signal kinds (the default); `unused` is an extension a config names in `signals.kinds`."""
 
 

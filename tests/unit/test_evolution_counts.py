@@ -37,6 +37,15 @@ def test_the_round_line_says_what_the_evolution_made_with_the_same_labels(tmp_pa
     assert (row["candidates"], row["discard"], row["wordings_checked"]) == (31, 7, 23)  # tracking's numbers too
 
 
+def test_the_round_line_counts_unused_signals_when_the_run_has_them(tmp_path):
+    layout = RunLayout(tmp_path, "r")
+    signals = {"forgetting_signals": 0, "boundary_signals": 2, "rare_signals": 1, "unused_signals": 7}
+    Manifest("signals", "r", 0, "k", 1, outputs=signals).write(layout.manifest_path(0, "signals"))
+    (row,) = run_metrics(RunStore(layout), 1)
+    assert "signals 0/2/1/7 (f/b/r/u)" in round_line(row)
+    assert row["unused_signals"] == 7
+
+
 def test_the_evolution_report_counts_the_runs_candidates_as_the_round_line_does():
     def rows(sql: str) -> list[dict]:  # the catalog's answers for the demo's one evolving round
         found = DEMO_STATUSES if "FROM candidates" in sql else DEMO_ROWS
