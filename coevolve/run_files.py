@@ -8,8 +8,8 @@ creates a link in a runs folder, so a writer refuses one (`PlantedLinkError`, on
 file it writes and at every folder from the run's own (`run=<run>`) down to it; the runs folder itself, and
 what is above it, may be a link of the user's. A new file is created under a temporary name with
 O_CREAT | O_EXCL | O_NOFOLLOW and renamed over its final name (`atomic_file`); the run's lock, the one file
-reopened in place, is opened with O_NOFOLLOW and refused unless it is a plain file with one name
-(`open_plain_file`).
+reopened in place, is opened with O_NOFOLLOW and refused unless it is a plain file (`open_plain_file`);
+one with a second name is replaced by a file of its own before it is written (`storage.lock`).
 
 A write stopped by a full disk (ENOSPC, EDQUOT) or by the process's file-size limit (EFBIG, `ulimit -f`:
 Python ignores SIGXFSZ, so the write fails instead of killing the process) is a `DiskFullError` naming the
@@ -134,10 +134,11 @@ def _create_new(path: Path, mode: str) -> IO[Any]:
     return os.fdopen(fd, mode)
 
 
-def open_plain_file(path: Path) -> int:
+def open_plain_file(path: Path, *, other_names: bool = False) -> int:
     """A read-write descriptor of `path` (created if missing), refused with `PlantedLinkError` when it is
-    a symlink, not a plain file, or a file with a second name elsewhere (a hard link): rewriting it in
-    place would change that other file."""
+    a symlink, not a plain file, or (unless `other_names`: the caller never writes it before checking
+    `st_nlink`) a file with a second name elsewhere (a hard link): rewriting it in place would change that
+    other file."""
     path = Path(path)
     refuse_links(path.parent)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -148,7 +149,7 @@ def open_plain_file(path: Path) -> int:
             raise PlantedLinkError(_link_message(path, path)) from None
         raise
     info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+    if not stat.S_ISREG(info.st_mode) or (info.st_nlink != 1 and not other_names):
         os.close(fd)
         what = "not a plain file" if not stat.S_ISREG(info.st_mode) else f"a file with {info.st_nlink} names"
         raise PlantedLinkError(f"{path} is {what}; this project never makes one in a runs folder, so it was "

@@ -21,7 +21,7 @@ from coevolve.cli import app
 from coevolve.rl.checkpoint import OPTIMIZER_FILE, drop_optimizer_state, read_optimizer_state, save_checkpoint
 from coevolve.run_files import DiskFullError, PlantedLinkError
 from coevolve.storage.layout import RunLayout
-from coevolve.storage.lock import run_lock
+from coevolve.storage.lock import RunLockedError, run_lock
 from coevolve.storage.manifest import Manifest
 from coevolve.storage.parquet import ArtifactError
 from coevolve.storage.store import RunStore
@@ -55,12 +55,18 @@ def test_a_lock_planted_as_a_symlink_is_refused_and_its_target_kept(tmp_path, vi
     assert victim.read_bytes() == VICTIM and link.is_symlink()
 
 
-def test_a_lock_planted_as_a_hard_link_is_refused_and_its_target_kept(tmp_path, victim):
+def test_a_lock_with_a_second_name_gets_a_file_of_its_own_and_the_other_name_is_kept(tmp_path, victim):
+    """A hard link planted at the lock, or the README's `cp -al runs runs-before` snapshot: the run is
+    written, under a lock file of its own, and the other name keeps its bytes."""
     layout = RunLayout(tmp_path / "runs", "x")
     layout.run_dir.mkdir(parents=True)
     os.link(victim, layout.run_dir / ".lock")
-    with pytest.raises(PlantedLinkError, match=r"\.lock is a file with 2 names"), run_lock(layout, "coevolve run"):
-        pass
+    with run_lock(layout, "coevolve run"):
+        lock = layout.run_dir / ".lock"
+        assert lock.stat().st_nlink == 1 and not os.path.samefile(lock, victim)
+        assert b"coevolve run" in lock.read_bytes()
+        with pytest.raises(RunLockedError, match="coevolve run"), run_lock(layout, "coevolve stage"):
+            pass
     assert victim.read_bytes() == VICTIM
 
 
