@@ -104,10 +104,11 @@ def unused_evidence(tool: str) -> str:
 def build_aims(make_env: Callable[[], Environment], worlds: Sequence[Task], gap_families: Sequence[str], *,
                per_tool: int, named: bool, seed: int = 0, round_: int = 0) -> list[Aim]:  # fmt: skip
     """`per_tool` targets per gap tool, each on another world of `worlds` offering it (drawn with `seed`,
-    the same draw for the control and every variant), a listing-only trajectory marked: under an `unused`
+    the same draw for the control and every variant; no world serves two targets, as the explore stage
+    takes one signal per task), a listing-only trajectory marked: under an `unused`
     signal naming the tool when `named`, else the control's signal naming none. Raises ValueError when
     fewer worlds than `per_tool` offer a gap tool."""
-    aims = []
+    aims, taken = [], set()  # one target per world: the explorer keys its instructions by the world's task id
     for tool, family in gap_tool_families(gap_families).items():
         rng = random.Random(f"explore-yield:{seed}:{tool}")
         listings = app_listings(tool)
@@ -115,9 +116,12 @@ def build_aims(make_env: Callable[[], Environment], worlds: Sequence[Task], gap_
         for world in rng.sample(list(worlds), len(worlds)):
             if len(chosen) == per_tool:
                 break
+            if world.id in taken:
+                continue
             found = listing_trajectory(make_env, world, listings)
             if found is not None:
                 chosen.append((world, *found))
+                taken.add(world.id)
         if len(chosen) < per_tool:
             raise ValueError(f"--worlds {per_tool}: only {len(chosen)} worlds offer {tool} with a listing")
         for world, listing, steps, outcome in chosen:

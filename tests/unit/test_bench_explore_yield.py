@@ -78,6 +78,9 @@ def test_targets_name_their_gap_tool_only_outside_the_control(coverage):
         ("deposit", "deposit_funds")
     ] * 2
     assert [a.target.task.id for a in named] == [a.target.task.id for a in control]  # the same worlds
+    families = ["contact_email", "delete_message", "deposit_funds", "product_price", "withdraw_funds"]
+    every = build_aims(make_env, validation, families, per_tool=3, named=True)
+    assert len({a.target.task.id for a in every}) == len(every)  # the explorer keys instructions by world
     for aim in named:
         assert aim.target.kind == "unused" and json.loads(aim.target.evidence)["tool"] == aim.tool
         assert aim.tool in {t["function"]["name"] for t in make_env().reset(aim.target.task).tools}
