@@ -32,11 +32,16 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "context": ("signals.kinds=[forgetting, boundary, rare, unused]", "explore.named_tool_context=true"),
     "full": ("signals.kinds=[forgetting, boundary, rare, unused]", "explore.allotment=round_robin",
              "explore.named_tool_context=true", "explore.prefill_named_tool=true"),
+    "full-args": ("signals.kinds=[forgetting, boundary, rare, unused]", "explore.allotment=round_robin",
+                  "explore.named_tool_context=true", "explore.prefill_named_tool=true",
+                  "explore.prefill_arguments=true"),
 }  # fmt: skip
 """How the exploration is set up. `control`: the paper's kinds, no tool named (no named-tool context, no
 prefill); `unused`: the signal names its tool (the `unused` kind); `context`: and the exploration context
 holds the tool's schema and its app's listing; `full`: and the first call's tool name is prefilled, signals
-allotted round robin across kinds (selection precedes the links measured here: it changes no row)."""
+allotted round robin across kinds (selection precedes the links measured here: it changes no row);
+`full-args`: and the prefilled call opens its arguments at the first required parameter (the design change
+the `full` rows called for: docs/experiments/2026-12-07-explore-yield.md)."""
 
 
 def load(config: Path, teacher: str, variant: str, sets: Sequence[str]) -> Any:

@@ -56,7 +56,8 @@ def measure_round(teacher: Any, policy: Any, config: CoevolveConfig, make_env: C
     explorations = explore(teacher, make_env, targets, rounds=cfg.explore.rounds, steps=cfg.explore.steps,
                            seed=round_seed(seed, round_, "explore"), follow_ups=cfg.explore.follow_ups,
                            named_tool_context=cfg.explore.named_tool_context,
-                           prefill_named_tool=cfg.explore.prefill_named_tool)  # fmt: skip
+                           prefill_named_tool=cfg.explore.prefill_named_tool,
+                           prefill_arguments=cfg.explore.prefill_arguments)  # fmt: skip
     artifacts = exploration_artifacts(explorations, run=RUN, round_=round_, teacher=teacher.version)
     triples = build_triples(make_env, artifacts["explorations"], artifacts["steps"])
     say(f"round {round_}: {sum(t['ok'] for t in triples)} successful calls of {len(triples)}; abstracting")

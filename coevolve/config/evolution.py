@@ -103,6 +103,11 @@ class ExploreConfig(Section):
     """Extension, not the paper's: the teacher's first reply of each exploration episode whose signal names
     a tool starts with a call of that tool (assistant prefill, as the reflection's JSON start is): a small
     teacher otherwise calls what the marked trajectory called."""
+    prefill_arguments: bool = False
+    """Extension, not the paper's: with `prefill_named_tool`, the prefilled call also opens its arguments
+    object at the tool's first required parameter (`"arguments": {"<param>": `), so the teacher writes a value
+    and not the object's shape: measured on validation (`coevolve bench explore-yield`), a 135M teacher given
+    only the tool's name wrote non-object arguments, echoed the schema or left out the required argument."""
     rounds: int = Field(2, ge=1, le=1000)
     """R: independent exploration episodes per exploration context (multi-round)."""
     steps: int = Field(6, ge=1, le=1000)

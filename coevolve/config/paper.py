@@ -223,6 +223,8 @@ SETTINGS: tuple[Setting, ...] = (
             _is(False), applies=_evolves),
     Setting("explore.prefill_named_tool", "false", EXT, "the teacher's reply is started with the named tool",
             _is(False), applies=_evolves),
+    Setting("explore.prefill_arguments", "false", EXT, "the prefilled call opens its first argument",
+            _is(False), applies=_evolves),
     Setting("abstract.samples", "one abstraction per group", DEV, "several teacher replies per triple group",
             _is(1), applies=_evolves),
     Setting("abstract.max_tasks_per_group", NOT_GIVEN, DEV, "tasks abstracted from one group", not_given,

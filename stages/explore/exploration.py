@@ -271,12 +271,13 @@ def explore(
     progress: Callable[[int], None] | None = None,
     named_tool_context: bool = False,
     prefill_named_tool: bool = False,
+    prefill_arguments: bool = False,
 ) -> list[Exploration]:
     """Reflect on each target (unless its context is preset), then run `rounds` episodes per context, each
     with `follow_ups` turns after the task's own (`exploration_task`). `progress(n)` counts episodes
     (`rounds` per target: a target without a context counts as done at once). A target that names a tool:
     `named_tool_context` adds its schema and listing to the context, `prefill_named_tool` starts each of its
-    episodes' first reply with a call of it."""
+    episodes' first reply with a call of it (`prefill_arguments`: on into its first parameter's value)."""
     explorations = [Exploration(t, context=t.context) for t in targets]
     asking, tools = [], {}
     for x in explorations:
@@ -304,8 +305,15 @@ def explore(
     if progress and len(ready) < len(explorations):
         progress(rounds * (len(explorations) - len(ready)))
     instructions = {x.target.task.id: explore_instructions(x.context) for x in ready}
-    prefixes = {id(x): call_prefix(x.target.named_tool) if prefill_named_tool and x.target.named_tool else ""
-                for x in ready}  # fmt: skip
+    def prefix_of(x: Exploration) -> str:
+        if not (prefill_named_tool and x.target.named_tool):
+            return ""
+        if not prefill_arguments:
+            return call_prefix(x.target.named_tool)
+        offered = tools.get(x.target.exploration_id) or offered_tools(make_env, x.target.task)
+        return call_prefix(x.target.named_tool, offered)
+
+    prefixes = {id(x): prefix_of(x) for x in ready}
     for x in ready:
         if prefixes[id(x)]:  # recorded with the context, for the audit of what the teacher was given
             x.context = {**x.context, "prefilled_tool": x.target.named_tool}

@@ -120,11 +120,18 @@ def with_named_tool(context: dict, tools: list[dict], name: str) -> dict:
             "listing": app_listing(tools, name)}  # fmt: skip
 
 
-def call_prefix(name: str) -> str:
-    """The start of a reply that calls `name`, up to its arguments: `<tool_call>\\n{"name": "x", "arguments": `."""
+def call_prefix(name: str, tools: list[dict] | None = None) -> str:
+    """The start of a reply that calls `name`, up to its arguments: `<tool_call>\\n{"name": "x", "arguments": `;
+    given the offered `tools`, on into the arguments object up to the value of the tool's first required
+    parameter (`{"p": `), or its first parameter, or `{` for a tool that takes none."""
     full = render_tool_call(ToolCall(name=name, arguments={}))
     cut = full.index('"arguments": ') + len('"arguments": ')
-    return full[:cut]
+    if tools is None:
+        return full[:cut]
+    offered = {_spec(t)["name"]: _spec(t) for t in tools}
+    parameters = (offered.get(name, {}).get("parameters") or {})
+    names = [*(parameters.get("required") or []), *(parameters.get("properties") or {})]
+    return full[:cut] + ("{" + json.dumps(names[0]) + ": " if names else "{")
 
 
 @dataclass

@@ -101,7 +101,8 @@ def explore_targets(ctx: StageContext, round_: int, teacher: TeacherLLM, targets
         explorations = explore(teacher, ctx.make_env, targets, rounds=cfg.rounds, steps=cfg.steps,
                                seed=round_seed(ctx.config.run.seed, round_, purpose), follow_ups=cfg.follow_ups,
                                progress=advance, named_tool_context=cfg.named_tool_context,
-                               prefill_named_tool=cfg.prefill_named_tool)
+                               prefill_named_tool=cfg.prefill_named_tool,
+                               prefill_arguments=cfg.prefill_arguments)
     artifacts = exploration_artifacts(explorations, run=ctx.run, round_=round_, teacher=teacher.version)
     statuses = [x.status for x in explorations]
     outputs = {"explorations": len(explorations), "contexts": statuses.count("ok"),

@@ -137,6 +137,14 @@ def test_the_first_reply_of_each_episode_is_prefilled_with_a_call_of_the_named_t
     assert sum(p.endswith(call_prefix("deposit")) for p in engine.prompts) == 2  # one per episode
 
 
+def test_prefilled_arguments_open_the_call_at_the_tools_first_required_parameter(tokenizer, world):
+    _, _, engine = _explore(tokenizer, world, prefill_named_tool=True, prefill_arguments=True)
+    opened = call_prefix("deposit") + '{"account_id": '
+    assert sum(p.endswith(opened) for p in engine.prompts) == 2  # one per episode
+    listing = [{"type": "function", "function": {"name": "list_accounts", "parameters": {"properties": {}}}}]
+    assert call_prefix("list_accounts", listing) == call_prefix("list_accounts") + "{"
+
+
 def test_the_explore_stage_points_unused_signals_at_their_tool(tmp_path, tokenizer):
     """Rollout, signals (`unused` beside boundary, round robin) and explore through the stage runner: the
     unused signals' explorations hold their tool's schema and start by calling it."""
