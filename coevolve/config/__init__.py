@@ -6,8 +6,8 @@ with `--set key=value` overrides (`loading`).
 """
 
 from coevolve.config.evolution import (
-    MOVED_FIELDS,
     EXTENSION_SIGNAL_KINDS,
+    MOVED_FIELDS,
     SIGNAL_KINDS,
     AbstractConfig,
     EvolveConfig,
