@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from coevolve.run_files import refuse_links
-from coevolve.storage.layout import RunLayout
+from coevolve.storage.layout import RunLayout, root_option
 from coevolve.storage.manifest import ArtifactRef, Manifest
 from coevolve.storage.parquet import ArtifactError, file_matches, read_table, to_table, write_table
 from coevolve.storage.schemas import schema_for, schema_version
@@ -35,7 +35,7 @@ class RunStore:
     def rebuild_hint(self, round_: int, stage: str) -> str:
         return (
             f"Stage '{stage}' of round {round_} writes it: re-run it with "
-            f"`coevolve stage {stage} --run {self.run} --round {round_} --force`."
+            f"`coevolve stage {stage} --run {self.run} --round {round_} --force{root_option(self.layout.root)}`."
         )
 
     def write(self, round_: int, stage: str, artifact: str, rows: list[dict[str, Any]] | pa.Table) -> ArtifactRef:

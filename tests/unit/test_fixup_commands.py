@@ -45,6 +45,15 @@ def test_the_rebuild_command_of_a_corrupt_artifact_keeps_the_root(tmp_path):
     assert f"`coevolve stage rollout --run demo --round 1 --force --root '{tmp_path / 'my runs'}'`" in note
 
 
+def test_a_missing_artifact_names_the_command_with_its_root(tmp_path):
+    from coevolve.storage.store import RunStore
+
+    store = RunStore(RunLayout(tmp_path / "runs", "demo"))
+    with pytest.raises(ArtifactError) as raised:
+        store.completed(1, "rollout")
+    assert f"`coevolve stage rollout --run demo --round 1 --force --root {tmp_path / 'runs'}`" in str(raised.value)
+
+
 def test_a_missing_checkpoint_names_the_command_with_its_root(tmp_path):
     from coevolve.agents.policy import checkpoint_errors
 
