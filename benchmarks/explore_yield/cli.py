@@ -35,13 +35,18 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "full-args": ("signals.kinds=[forgetting, boundary, rare, unused]", "explore.allotment=round_robin",
                   "explore.named_tool_context=true", "explore.prefill_named_tool=true",
                   "explore.prefill_arguments=true"),
+    "listing-first": ("signals.kinds=[forgetting, boundary, rare, unused]", "explore.allotment=round_robin",
+                      "explore.named_tool_context=true", "explore.prefill_named_tool=true",
+                      "explore.prefill_listing_first=true"),
 }  # fmt: skip
 """How the exploration is set up. `control`: the paper's kinds, no tool named (no named-tool context, no
 prefill); `unused`: the signal names its tool (the `unused` kind); `context`: and the exploration context
 holds the tool's schema and its app's listing; `full`: and the first call's tool name is prefilled, signals
 allotted round robin across kinds (selection precedes the links measured here: it changes no row);
 `full-args`: and the prefilled call opens its arguments at the first required parameter (the design change
-the `full` rows called for: docs/experiments/2026-12-07-explore-yield.md)."""
+the `full` rows called for: docs/experiments/2026-12-07-explore-yield.md); `listing-first`: the first reply
+is prefilled as the listing's call, the second as the named tool's with its first value opened (the
+change the `full-args` rows called for: their calls failed on ids the teacher had not yet seen)."""
 
 
 def load(config: Path, teacher: str, variant: str, sets: Sequence[str]) -> Any:

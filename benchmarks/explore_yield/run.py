@@ -57,7 +57,8 @@ def measure_round(teacher: Any, policy: Any, config: CoevolveConfig, make_env: C
                            seed=round_seed(seed, round_, "explore"), follow_ups=cfg.explore.follow_ups,
                            named_tool_context=cfg.explore.named_tool_context,
                            prefill_named_tool=cfg.explore.prefill_named_tool,
-                           prefill_arguments=cfg.explore.prefill_arguments)  # fmt: skip
+                           prefill_arguments=cfg.explore.prefill_arguments,
+                           prefill_listing_first=cfg.explore.prefill_listing_first)  # fmt: skip
     artifacts = exploration_artifacts(explorations, run=RUN, round_=round_, teacher=teacher.version)
     triples = build_triples(make_env, artifacts["explorations"], artifacts["steps"])
     say(f"round {round_}: {sum(t['ok'] for t in triples)} successful calls of {len(triples)}; abstracting")

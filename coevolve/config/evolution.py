@@ -108,6 +108,12 @@ class ExploreConfig(Section):
     object at the tool's first required parameter (`"arguments": {"<param>": `), so the teacher writes a value
     and not the object's shape: measured on validation (`coevolve bench explore-yield`), a 135M teacher given
     only the tool's name wrote non-object arguments, echoed the schema or left out the required argument."""
+    prefill_listing_first: bool = False
+    """Extension, not the paper's: with `prefill_named_tool` and a listing in the context
+    (`named_tool_context`), the first reply is prefilled as a call of the app's argument-free listing and the
+    second as the named tool's call, its first value opened (a string's quote included), so the ids the
+    call needs are in the episode before it is made: measured with `prefill_arguments` alone, the calls
+    failed on ids the teacher had never seen, written as integers."""
     rounds: int = Field(2, ge=1, le=1000)
     """R: independent exploration episodes per exploration context (multi-round)."""
     steps: int = Field(6, ge=1, le=1000)

@@ -225,6 +225,8 @@ SETTINGS: tuple[Setting, ...] = (
             _is(False), applies=_evolves),
     Setting("explore.prefill_arguments", "false", EXT, "the prefilled call opens its first argument",
             _is(False), applies=_evolves),
+    Setting("explore.prefill_listing_first", "false", EXT, "the listing's call prefilled before the named tool's",
+            _is(False), applies=_evolves),
     Setting("abstract.samples", "one abstraction per group", DEV, "several teacher replies per triple group",
             _is(1), applies=_evolves),
     Setting("abstract.max_tasks_per_group", NOT_GIVEN, DEV, "tasks abstracted from one group", not_given,

@@ -34,7 +34,7 @@ from coevolve.envs.base import Environment, EnvironmentWrapper, Observation, Tas
 from coevolve.llm.chat import describe_tool
 from coevolve.llm.replies import JsonReplyError, extract_json, short_text
 from coevolve.prompts import REFLECT_PREFIX, render_prompt
-from coevolve.stages.explore.named_tool import PrefilledEngine, call_prefix, with_named_tool
+from coevolve.stages.explore.named_tool import PrefilledEngine, reply_prefixes, with_named_tool
 
 MAX_FIELD_CHARS = 1000
 
@@ -272,12 +272,14 @@ def explore(
     named_tool_context: bool = False,
     prefill_named_tool: bool = False,
     prefill_arguments: bool = False,
+    prefill_listing_first: bool = False,
 ) -> list[Exploration]:
     """Reflect on each target (unless its context is preset), then run `rounds` episodes per context, each
     with `follow_ups` turns after the task's own (`exploration_task`). `progress(n)` counts episodes
     (`rounds` per target: a target without a context counts as done at once). A target that names a tool:
     `named_tool_context` adds its schema and listing to the context, `prefill_named_tool` starts each of its
-    episodes' first reply with a call of it (`prefill_arguments`: on into its first parameter's value)."""
+    episodes' first reply with a call of it (`prefill_arguments`: on into its first parameter's value;
+    `prefill_listing_first`: the first reply calls its app's listing, the second it: `reply_prefixes`)."""
     explorations = [Exploration(t, context=t.context) for t in targets]
     asking, tools = [], {}
     for x in explorations:
@@ -305,15 +307,14 @@ def explore(
     if progress and len(ready) < len(explorations):
         progress(rounds * (len(explorations) - len(ready)))
     instructions = {x.target.task.id: explore_instructions(x.context) for x in ready}
-    def prefix_of(x: Exploration) -> str:
+    def prefixes_of(x: Exploration) -> tuple[str, ...]:
         if not (prefill_named_tool and x.target.named_tool):
-            return ""
-        if not prefill_arguments:
-            return call_prefix(x.target.named_tool)
+            return ()
         offered = tools.get(x.target.exploration_id) or offered_tools(make_env, x.target.task)
-        return call_prefix(x.target.named_tool, offered)
+        listing = x.context.get("listing") if prefill_listing_first else None
+        return reply_prefixes(x.target.named_tool, offered, arguments=prefill_arguments, listing=listing)
 
-    prefixes = {id(x): prefix_of(x) for x in ready}
+    prefixes = {id(x): prefixes_of(x) for x in ready}
     for x in ready:
         if prefixes[id(x)]:  # recorded with the context, for the audit of what the teacher was given
             x.context = {**x.context, "prefilled_tool": x.target.named_tool}

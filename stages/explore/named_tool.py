@@ -120,10 +120,11 @@ def with_named_tool(context: dict, tools: list[dict], name: str) -> dict:
             "listing": app_listing(tools, name)}  # fmt: skip
 
 
-def call_prefix(name: str, tools: list[dict] | None = None) -> str:
+def call_prefix(name: str, tools: list[dict] | None = None, *, quote: bool = False) -> str:
     """The start of a reply that calls `name`, up to its arguments: `<tool_call>\\n{"name": "x", "arguments": `;
     given the offered `tools`, on into the arguments object up to the value of the tool's first required
-    parameter (`{"p": `), or its first parameter, or `{` for a tool that takes none."""
+    parameter (`{"p": `), or its first parameter, or `{` for a tool that takes none; `quote`: a string
+    parameter's value opened too (`{"p": "`)."""
     full = render_tool_call(ToolCall(name=name, arguments={}))
     cut = full.index('"arguments": ') + len('"arguments": ')
     if tools is None:
@@ -131,19 +132,33 @@ def call_prefix(name: str, tools: list[dict] | None = None) -> str:
     offered = {_spec(t)["name"]: _spec(t) for t in tools}
     parameters = (offered.get(name, {}).get("parameters") or {})
     names = [*(parameters.get("required") or []), *(parameters.get("properties") or {})]
-    return full[:cut] + ("{" + json.dumps(names[0]) + ": " if names else "{")
+    if not names:
+        return full[:cut] + "{"
+    string = ((parameters.get("properties") or {}).get(names[0]) or {}).get("type") == "string"
+    return full[:cut] + "{" + json.dumps(names[0]) + ": " + ('"' if quote and string else "")
+
+
+def reply_prefixes(name: str, tools: list[dict], *, arguments: bool, listing: str | None) -> tuple[str, ...]:
+    """How an episode's first replies start when its signal names `name` (`PrefilledEngine`): one reply
+    calling it (`arguments`: opened at its first parameter, `call_prefix`), or, given its app's `listing`,
+    a first reply calling the listing and a second calling `name` with its first value opened, so the
+    values the call needs are in the episode before it is made."""
+    if listing:
+        return call_prefix(listing), call_prefix(name, tools, quote=True)
+    return (call_prefix(name, tools if arguments else None),)
 
 
 @dataclass
 class PrefilledEngine:
-    """An engine whose first reply in each session starts with `prefix` (assistant prefill): the prefix ids
-    are appended to the prompt, and returned as part of the completion (log-prob 0, as prompt tokens are),
-    so the episode's token stream holds what the engine was given. Later replies are the inner engine's."""
+    """An engine whose n-th reply in each session starts with `prefixes[n]` (assistant prefill): the prefix
+    ids are appended to the prompt, and returned as part of the completion (log-prob 0, as prompt tokens
+    are), so the episode's token stream holds what the engine was given. Later replies are the inner
+    engine's."""
 
     inner: Engine
-    prefix: str
+    prefixes: tuple[str, ...]
     encode: Callable[[str], list[int]]
-    started: set = field(default_factory=set)
+    replies: dict = field(default_factory=dict)
 
     @property
     def tokenizer(self) -> Any:
@@ -157,14 +172,18 @@ class PrefilledEngine:
                  progress: Callable[[int], None] | None = None,
                  sessions: list[Hashable] | None = None) -> list[Completion]:  # fmt: skip
         if sessions is None:
-            raise ValueError("a prefilled engine needs the episodes' sessions to know their first reply")
-        ids = self.encode(self.prefix)
-        first = [s not in self.started for s in sessions]
-        primed = [p + ids if f else p for p, f in zip(prompts, first, strict=True)]
+            raise ValueError("a prefilled engine needs the episodes' sessions to count their replies")
+        texts = [self._next_prefix(s) for s in sessions]
+        ids = [self.encode(text) if text else [] for text in texts]
+        primed = [p + i for p, i in zip(prompts, ids, strict=True)]
         out = self.inner.generate(primed, sampling, progress=progress, sessions=sessions)
-        self.started.update(sessions)
-        return [Completion(ids + c.token_ids, [0.0] * len(ids) + c.logprobs, self.prefix + c.text, c.finish_reason,
-                           c.version) if f else c for c, f in zip(out, first, strict=True)]  # fmt: skip
+        return [Completion(i + c.token_ids, [0.0] * len(i) + c.logprobs, text + c.text, c.finish_reason, c.version)
+                if text else c for c, i, text in zip(out, ids, texts, strict=True)]  # fmt: skip
+
+    def _next_prefix(self, session: Hashable) -> str:
+        n = self.replies.get(session, 0)
+        self.replies[session] = n + 1
+        return self.prefixes[n] if n < len(self.prefixes) else ""
 
     def end_sessions(self, sessions: list[Hashable]) -> None:
         self.inner.end_sessions(sessions)

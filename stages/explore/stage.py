@@ -102,7 +102,8 @@ def explore_targets(ctx: StageContext, round_: int, teacher: TeacherLLM, targets
                                seed=round_seed(ctx.config.run.seed, round_, purpose), follow_ups=cfg.follow_ups,
                                progress=advance, named_tool_context=cfg.named_tool_context,
                                prefill_named_tool=cfg.prefill_named_tool,
-                               prefill_arguments=cfg.prefill_arguments)
+                               prefill_arguments=cfg.prefill_arguments,
+                               prefill_listing_first=cfg.prefill_listing_first)
     artifacts = exploration_artifacts(explorations, run=ctx.run, round_=round_, teacher=teacher.version)
     statuses = [x.status for x in explorations]
     outputs = {"explorations": len(explorations), "contexts": statuses.count("ok"),

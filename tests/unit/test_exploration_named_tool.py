@@ -145,6 +145,15 @@ def test_prefilled_arguments_open_the_call_at_the_tools_first_required_parameter
     assert call_prefix("list_accounts", listing) == call_prefix("list_accounts") + "{"
 
 
+def test_listing_first_prefills_the_listing_then_the_named_tool_with_its_first_value_opened(tokenizer, world):
+    _, context, engine = _explore(tokenizer, world, named_tool_context=True, prefill_named_tool=True,
+                                  prefill_listing_first=True)
+    assert context["listing"] == "list_accounts" and context["prefilled_tool"] == "deposit"
+    listing, named = call_prefix("list_accounts"), call_prefix("deposit") + '{"account_id": "'
+    assert sum(p.endswith(listing) for p in engine.prompts) == 2  # each episode's first reply
+    assert sum(p.endswith(named) for p in engine.prompts) == 2  # and its second
+
+
 def test_the_explore_stage_points_unused_signals_at_their_tool(tmp_path, tokenizer):
     """Rollout, signals (`unused` beside boundary, round robin) and explore through the stage runner: the
     unused signals' explorations hold their tool's schema and start by calling it."""
