@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,31 +145,36 @@ def call_outcome(observation: Any) -> ToolOutcome:
     return ToolOutcome(text, ok=True, done=done)
 
 
-class Session:
-    """One episode with an OpenEnv environment (see the module docstring)."""
+class Session(ABC):
+    """One episode with an OpenEnv environment (see the module docstring): in process, through a harness
+    session factory, or over a server's WebSocket."""
 
     last_reward: float | None = None
     """The reward of the environment's last observation (reset or step); None: it reported none."""
 
+    @abstractmethod
     def reset(self, arguments: dict[str, Any], seed: int) -> None:
-        raise NotImplementedError
+        """See the module docstring."""
 
+    @abstractmethod
     def tools(self) -> list[dict[str, Any]]:
-        raise NotImplementedError
+        """See the module docstring."""
 
+    @abstractmethod
     def call(self, name: str, arguments: dict[str, Any]) -> ToolOutcome:
-        raise NotImplementedError
+        """See the module docstring."""
 
+    @abstractmethod
     def state(self) -> dict[str, Any] | None:
         """The environment's state as JSON; None where the session exposes none."""
-        raise NotImplementedError
 
     def reward(self, transcript: list[dict[str, str]]) -> float | None:
         """The environment's reward for the episode so far (see the module docstring)."""
         return self.last_reward
 
+    @abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """See the module docstring."""
 
     def _observed(self, reward: Any) -> None:
         if reward is not None:
