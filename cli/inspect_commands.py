@@ -64,11 +64,11 @@ def sql(
 
 
 def runs(root: RootOption = None) -> None:
-    """List runs with their rounds, dataset size, success rates and stale stages (from their manifests; a
-    stage re-run leaves the stages that read it stale until the next `coevolve run`); a run whose files
-    cannot be read is named in a line of its own (exit status 2) and the others are listed."""
+    """List runs with their rounds, dataset size, success rates, stale stages (from their manifests; a
+    stage re-run leaves the stages that read it stale until the next `coevolve run`) and size on disk; a run
+    whose files cannot be read is named in a line of its own (exit status 2) and the others are listed."""
     from coevolve.flows.render import print_rows
-    from coevolve.flows.runs import stale_note
+    from coevolve.flows.runs import runs_disk, stale_note
     from coevolve.flows.summary import runs_overview
     from coevolve.storage.staleness import stale_stages
 
@@ -77,9 +77,11 @@ def runs(root: RootOption = None) -> None:
     for line in unreadable:
         typer.secho(f"error: {line}", fg="red", err=True)
     stale = {row["run"]: stale_stages(run_layout(root, row["run"]).run_dir) for row in rows}
-    rows = [{**row, "stale": len(stale[row["run"]])} for row in rows]
+    sizes, disk_lines = runs_disk(root_of(root), [row["run"] for row in rows])
+    rows = [{**row, "stale": len(stale[row["run"]]), "disk": sizes[row["run"]]} for row in rows]
     if rows:
         print_rows(rows)
+        typer.echo("\n".join(disk_lines))
     elif not unreadable:
         typer.echo(f"no runs under {root_of(root)} yet; start one with `coevolve run configs/test-tiny.yaml`")
     for run, found in stale.items():

@@ -166,14 +166,14 @@ def disk_full(exc: BaseException, path: Path, needed: int | None = None) -> Disk
     kind = _out_of_space_kind(exc)
     if kind is None:
         return None
-    need = f"it needs about {_size(needed)}" if needed is not None else "it needs more than there is"
+    need = f"it needs about {human_size(needed)}" if needed is not None else "it needs more than there is"
     if kind == "limit":
-        cause = (f"the file-size limit of this process ({_size(file_size_limit())}, `ulimit -f`) stopped the "
+        cause = (f"the file-size limit of this process ({human_size(file_size_limit())}, `ulimit -f`) stopped the "
                  f"write of {path}: {need}")
         advice = "Raise the limit"
     else:
         free = free_bytes(path)
-        there = "" if free is None else f", {_size(free)} free there"
+        there = "" if free is None else f", {human_size(free)} free there"
         what = "the disk quota is used up on" if kind == "quota" else "no space left on"
         cause = f"{what} the device holding {path}: {need}{there}"
         advice = "Free space"
@@ -208,7 +208,8 @@ def file_size_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else soft
 
 
-def _size(n: int | None) -> str:
+def human_size(n: int | None) -> str:
+    """`n` bytes in decimal units, one decimal: "538.1 MB", "3.2 GB" (`du --si` reads alike)."""
     if n is None:
         return "an unknown size"
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):

@@ -16,10 +16,18 @@ config sections changed recompute, the rest stay cached.
 The saved config is read on every continue (`load_saved_config`): an empty, partial or unparsable file is
 refused naming it, never read as the package defaults, which would recompute every stage under a config
 nobody chose and overwrite the file with it.
+
+What a run holds on disk (`disk_use`, the `disk` column of `coevolve runs`) is mostly its checkpoints: each
+kept one is the weights in the training dtype, plus twice that in AdamW state in the newest two
+(`rl.checkpoint`).
 """
 
 from __future__ import annotations
 
+import os
+import stat
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +37,7 @@ from pydantic import BaseModel, ConfigDict
 from coevolve.config import CoevolveConfig, load_config, parse_config
 from coevolve.flows.validate import check_run_config
 from coevolve.pipeline.context import RunContext
+from coevolve.run_files import human_size
 from coevolve.stages.plan import round_plan
 from coevolve.stages.run_context import open_run
 from coevolve.storage.layout import RunLayout, storage_root
@@ -232,3 +241,49 @@ def stale_note(layout: RunLayout, stale: list[tuple[str, int, str]] | None = Non
     count = f"{len(stale)} stale stage{'s' if len(stale) != 1 else ''}"
     return (f"run '{layout.run}': {count}, from round {round_} ({stage}: {why}); `coevolve run --run "
             f"{layout.run}` recomputes them")
+
+
+@dataclass(frozen=True)
+class DiskUse:
+    """Bytes of the files under a folder (`disk_use`), each file once however many hard links it has there."""
+
+    total: int
+    checkpoints: int
+    """Of `total`, those under a `checkpoints/` folder (weights, optimizer state, tokenizer)."""
+    shared: int
+    """Of `total`, files hard-linked from elsewhere too (a fork's checkpoints, a `cp -al` snapshot): deleting
+    the folder frees that much less."""
+
+
+def disk_use(folder: Path) -> DiskUse:
+    """What the regular files under `folder` (a run's folder, or a whole storage root) take: apparent sizes,
+    as `du --apparent-size` counts them. A symlink is neither followed nor counted; a file removed while
+    counting (a checkpoint being pruned) is skipped."""
+    files: dict[tuple[int, int], tuple[os.stat_result, bool]] = {}  # by (device, inode): hard links once
+    links_here: Counter[tuple[int, int]] = Counter()
+    for parent, _, names in os.walk(folder):  # never follows a link to a folder
+        in_checkpoints = "checkpoints" in Path(parent).relative_to(folder).parts
+        for name in names:
+            try:
+                found = os.lstat(os.path.join(parent, name))
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(found.st_mode):
+                files.setdefault((found.st_dev, found.st_ino), (found, in_checkpoints))
+                links_here[found.st_dev, found.st_ino] += 1
+    return DiskUse(total=sum(f.st_size for f, _ in files.values()),
+                   checkpoints=sum(f.st_size for f, kept in files.values() if kept),
+                   shared=sum(f.st_size for key, (f, _) in files.items() if f.st_nlink > links_here[key]))
+
+
+def runs_disk(root: Path, runs: list[str]) -> tuple[dict[str, str], list[str]]:
+    """What `coevolve runs` says of disk use: each run's size (`3.2 GB`), and the lines under the table: the
+    storage root's total (each file once) and, per run that has some, the bytes it shares through hard links
+    with files outside its folder (a fork's checkpoints, a `cp -al` snapshot), which deleting it does not free."""
+    uses = {run: disk_use(RunLayout(root, run).run_dir) for run in runs}
+    whole = disk_use(root)
+    lines = [f"{root}: {human_size(whole.total)} on disk, {human_size(whole.checkpoints)} of it checkpoints"]
+    lines += [f"run '{run}': {human_size(use.shared)} of its {human_size(use.total)} hard-linked with files "
+              f"outside its folder too (a fork's or a copy's), which deleting it does not free"
+              for run, use in uses.items() if use.shared]  # fmt: skip
+    return {run: human_size(use.total) for run, use in uses.items()}, lines
