@@ -38,6 +38,10 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "listing-first": ("signals.kinds=[forgetting, boundary, rare, unused]", "explore.allotment=round_robin",
                       "explore.named_tool_context=true", "explore.prefill_named_tool=true",
                       "explore.prefill_listing_first=true"),
+    "listing-call-question": ("signals.kinds=[forgetting, boundary, rare, unused]", "explore.allotment=round_robin",
+                              "explore.named_tool_context=true", "explore.prefill_named_tool=true",
+                              "explore.prefill_listing_first=true", "explore.prefill_listing_call=true",
+                              "abstract.prefill_question=true"),
 }  # fmt: skip
 """How the exploration is set up. `control`: the paper's kinds, no tool named (no named-tool context, no
 prefill); `unused`: the signal names its tool (the `unused` kind); `context`: and the exploration context
@@ -46,7 +50,11 @@ allotted round robin across kinds (selection precedes the links measured here: i
 `full-args`: and the prefilled call opens its arguments at the first required parameter (the design change
 the `full` rows called for: docs/experiments/2026-12-07-explore-yield.md); `listing-first`: the first reply
 is prefilled as the listing's call, the second as the named tool's with its first value opened (the
-change the `full-args` rows called for: their calls failed on ids the teacher had not yet seen)."""
+change the `full-args` rows called for: their calls failed on ids the teacher had not yet seen);
+`listing-call-question`: and the listing's whole call is the first reply (the `listing-first` rows: the
+teacher wrote `"arguments": 0` after the listing's name, a malformed call, in every exploration), and a
+read-only call's task is opened as a question naming its values (their candidates calling the gap tool
+were instructions or questions naming no id: `no effect`, `unsolvable`)."""
 
 
 def load(config: Path, teacher: str, variant: str, sets: Sequence[str]) -> Any:

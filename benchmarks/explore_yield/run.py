@@ -58,7 +58,8 @@ def measure_round(teacher: Any, policy: Any, config: CoevolveConfig, make_env: C
                            named_tool_context=cfg.explore.named_tool_context,
                            prefill_named_tool=cfg.explore.prefill_named_tool,
                            prefill_arguments=cfg.explore.prefill_arguments,
-                           prefill_listing_first=cfg.explore.prefill_listing_first)  # fmt: skip
+                           prefill_listing_first=cfg.explore.prefill_listing_first,
+                           prefill_listing_call=cfg.explore.prefill_listing_call)  # fmt: skip
     artifacts = exploration_artifacts(explorations, run=RUN, round_=round_, teacher=teacher.version)
     triples = build_triples(make_env, artifacts["explorations"], artifacts["steps"])
     say(f"round {round_}: {sum(t['ok'] for t in triples)} successful calls of {len(triples)}; abstracting")
@@ -69,7 +70,7 @@ def measure_round(teacher: Any, policy: Any, config: CoevolveConfig, make_env: C
         teacher, make_env, groups, env=cfg.env.name, max_tasks=cfg.abstract.max_tasks_per_group,
         duplicate_jaccard=cfg.abstract.duplicate_jaccard, existing=[aim.target.task for aim in aims],
         seed=round_seed(seed, round_, "abstract"), samples=cfg.abstract.samples,
-        prefill_effect=cfg.abstract.prefill_effect,
+        prefill_effect=cfg.abstract.prefill_effect, prefill_question=cfg.abstract.prefill_question,
     )  # fmt: skip
     say(
         f"round {round_}: {sum(c['status'] == 'ok' for c in candidates)} ok candidates of {len(candidates)}; "

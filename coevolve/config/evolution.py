@@ -114,6 +114,11 @@ class ExploreConfig(Section):
     second as the named tool's call, its first value opened (a string's quote included), so the ids the
     call needs are in the episode before it is made: measured with `prefill_arguments` alone, the calls
     failed on ids the teacher had never seen, written as integers."""
+    prefill_listing_call: bool = False
+    """Extension, not the paper's: with `prefill_listing_first`, the first reply is the listing's whole call
+    (`{"name": <listing>, "arguments": {}}`), not continued by the teacher: measured with
+    `prefill_listing_first` alone, a 135M teacher wrote `"arguments": 0` after the prefilled name (a malformed
+    call) in every exploration, so the listing's ids never reached the episode."""
     rounds: int = Field(2, ge=1, le=1000)
     """R: independent exploration episodes per exploration context (multi-round)."""
     steps: int = Field(6, ge=1, le=1000)
@@ -140,6 +145,13 @@ class AbstractConfig(Section):
     with its first answer (the task must ask for what the call reads), a state change's with no answers (an
     instruction). Without it a small teacher writes instructions over read-only calls, which verification
     discards as `no effect`."""
+    prefill_question: bool = False
+    """Extension, not the paper's: start the reply of a group holding a read-only call that takes arguments
+    by its solution (that call; in a group of several, after the earlier read-only call whose result shows
+    its argument values) and a query opened as a question naming those values ("Look up the contact Quinn
+    and tell me the "), before `prefill_effect`'s start (`abstraction.question_prefix`): measured on
+    validation (`coevolve bench explore-yield`), the read-only gap calls a 135M teacher made were worded as
+    instructions or as questions naming no id, and discarded as `no effect` or `unsolvable`."""
     max_tasks_per_group: int = Field(3, ge=1, le=1000)
     """Most tasks the teacher may abstract from one triple group (extra ones are rows marked `invalid`)."""
     duplicate_jaccard: float = Field(0.8, ge=0.0, le=1.0)

@@ -227,6 +227,8 @@ SETTINGS: tuple[Setting, ...] = (
             _is(False), applies=_evolves),
     Setting("explore.prefill_listing_first", "false", EXT, "the listing's call prefilled before the named tool's",
             _is(False), applies=_evolves),
+    Setting("explore.prefill_listing_call", "false", EXT, "the listing's whole call is the first reply",
+            _is(False), applies=_evolves),
     Setting("abstract.samples", "one abstraction per group", DEV, "several teacher replies per triple group",
             _is(1), applies=_evolves),
     Setting("abstract.max_tasks_per_group", NOT_GIVEN, DEV, "tasks abstracted from one group", not_given,
@@ -235,6 +237,8 @@ SETTINGS: tuple[Setting, ...] = (
             applies=_evolves),
     Setting("abstract.prefill_effect", "false", EXT, "a one-call group's reply started by what the call did",
             _is(False), applies=_evolves),
+    Setting("abstract.prefill_question", "false", EXT, "a read-only call's task opened as a question naming "
+            "its values", _is(False), applies=_evolves),
     Setting("verify.enabled", "true", DEV, "candidates admitted unverified (the no-verification ablation)",
             _is(True), applies=_evolves),
     Setting("verify.judge", "execution", DEV, "the policy's attempts decide (this project's earlier reading)",

@@ -51,7 +51,8 @@ def compute_abstract(ctx: StageContext, round_: int, inputs: Inputs) -> StageRes
         rows = abstract_groups(teacher, ctx.make_env, groups, env=ctx.config.env.name, max_tasks=cfg.max_tasks_per_group,
                                duplicate_jaccard=cfg.duplicate_jaccard, existing=known_tasks(ctx, inputs),
                                seed=round_seed(ctx.config.run.seed, round_, "abstract"), samples=cfg.samples,
-                               prefill_effect=cfg.prefill_effect, progress=advance)
+                               prefill_effect=cfg.prefill_effect, prefill_question=cfg.prefill_question,
+                               progress=advance)
     return StageResult({"candidates": rows}, _counts(rows))
 
 

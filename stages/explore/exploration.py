@@ -273,13 +273,15 @@ def explore(
     prefill_named_tool: bool = False,
     prefill_arguments: bool = False,
     prefill_listing_first: bool = False,
+    prefill_listing_call: bool = False,
 ) -> list[Exploration]:
     """Reflect on each target (unless its context is preset), then run `rounds` episodes per context, each
     with `follow_ups` turns after the task's own (`exploration_task`). `progress(n)` counts episodes
     (`rounds` per target: a target without a context counts as done at once). A target that names a tool:
     `named_tool_context` adds its schema and listing to the context, `prefill_named_tool` starts each of its
     episodes' first reply with a call of it (`prefill_arguments`: on into its first parameter's value;
-    `prefill_listing_first`: the first reply calls its app's listing, the second it: `reply_prefixes`)."""
+    `prefill_listing_first`: the first reply calls its app's listing, the second it: `reply_prefixes`;
+    `prefill_listing_call`: that first reply is the listing's whole call)."""
     explorations = [Exploration(t, context=t.context) for t in targets]
     asking, tools = [], {}
     for x in explorations:
@@ -312,7 +314,8 @@ def explore(
             return ()
         offered = tools.get(x.target.exploration_id) or offered_tools(make_env, x.target.task)
         listing = x.context.get("listing") if prefill_listing_first else None
-        return reply_prefixes(x.target.named_tool, offered, arguments=prefill_arguments, listing=listing)
+        return reply_prefixes(x.target.named_tool, offered, arguments=prefill_arguments, listing=listing,
+                              whole_listing=prefill_listing_call)
 
     prefixes = {id(x): prefixes_of(x) for x in ready}
     for x in ready:
@@ -320,7 +323,8 @@ def explore(
             x.context = {**x.context, "prefilled_tool": x.target.named_tool}
     for prefix in dict.fromkeys(prefixes.values()):  # one batch per prefix; without prefill, one batch
         batch = [x for x in ready if prefixes[id(x)] == prefix]
-        engine = PrefilledEngine(teacher.engine, prefix, teacher.chat.encode) if prefix else teacher.engine
+        engine = (PrefilledEngine(teacher.engine, prefix, teacher.chat.encode, teacher.chat.end_of_turn_id)
+                  if prefix else teacher.engine)  # fmt: skip
         jobs = [(exploration_task(x.target.task, follow_ups), k) for x in batch for k in range(rounds)]
         episodes = run_episodes(
             engine,

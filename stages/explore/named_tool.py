@@ -5,7 +5,9 @@ names its rarest tool (`signal_tool`). With `explore.named_tool_context` the exp
 tool's full schema and an argument-free listing of its app among the episode's offered tools
 (`with_named_tool`, `app_listing`), and the explore prompt asks for it (`explore_named_tool`). With
 `explore.prefill_named_tool` the teacher's first reply of each episode starts with a call of it
-(`call_prefix`, `PrefilledEngine`), as the reflection's reply starts with its JSON.
+(`call_prefix`, `PrefilledEngine`), as the reflection's reply starts with its JSON; with
+`explore.prefill_listing_first` the first reply calls its app's listing (with `explore.prefill_listing_call`,
+that whole call is the reply) and the second the named tool.
 
 Which tools share an app is read from the offered tools alone, so that any environment works: a tool name
 `app__tool` or `app.tool` names its app; otherwise a listing shares the most name words with the tool's
@@ -23,7 +25,7 @@ from typing import Any
 
 from coevolve.core import ToolCall
 from coevolve.llm.engine import Completion, Engine, SamplingParams
-from coevolve.llm.toolcalls import render_tool_call
+from coevolve.llm.toolcalls import CLOSE, render_tool_call
 
 LISTING_VERBS = ("list", "view")
 """A listing's name starts with one of these words (`list_accounts`, `view_cart`) and it takes no argument."""
@@ -138,26 +140,40 @@ def call_prefix(name: str, tools: list[dict] | None = None, *, quote: bool = Fal
     return full[:cut] + "{" + json.dumps(names[0]) + ": " + ('"' if quote and string else "")
 
 
-def reply_prefixes(name: str, tools: list[dict], *, arguments: bool, listing: str | None) -> tuple[str, ...]:
+def reply_prefixes(name: str, tools: list[dict], *, arguments: bool, listing: str | None,
+                   whole_listing: bool = False) -> tuple[str, ...]:  # fmt: skip
     """How an episode's first replies start when its signal names `name` (`PrefilledEngine`): one reply
     calling it (`arguments`: opened at its first parameter, `call_prefix`), or, given its app's `listing`,
     a first reply calling the listing and a second calling `name` with its first value opened, so the
-    values the call needs are in the episode before it is made."""
+    values the call needs are in the episode before it is made. `whole_listing`: the listing's reply is its
+    whole call (`{"name": listing, "arguments": {}}`, a complete reply the engine does not continue): a small
+    teacher left to write an argument-free call's arguments writes `0`, a malformed call whose ids never
+    reach the episode."""
     if listing:
-        return call_prefix(listing), call_prefix(name, tools, quote=True)
+        first = render_tool_call(ToolCall(name=listing, arguments={})) if whole_listing else call_prefix(listing)
+        return first, call_prefix(name, tools, quote=True)
     return (call_prefix(name, tools if arguments else None),)
+
+
+def is_whole_reply(prefix: str) -> bool:
+    """A prefix that is a complete reply: it ends with a tool call's closing tag (`reply_prefixes`'s
+    `whole_listing`)."""
+    return prefix.rstrip().endswith(CLOSE)
 
 
 @dataclass
 class PrefilledEngine:
     """An engine whose n-th reply in each session starts with `prefixes[n]` (assistant prefill): the prefix
     ids are appended to the prompt, and returned as part of the completion (log-prob 0, as prompt tokens
-    are), so the episode's token stream holds what the engine was given. Later replies are the inner
-    engine's."""
+    are), so the episode's token stream holds what the engine was given; a prefix that is a whole reply
+    (`is_whole_reply`) is the reply. Later replies are the inner engine's."""
 
     inner: Engine
     prefixes: tuple[str, ...]
     encode: Callable[[str], list[int]]
+    end_id: int | None = None
+    """The end-of-turn id that closes a whole reply (`is_whole_reply`), which the inner engine does not
+    continue; None: such a reply ends without it, as one cut at its length."""
     replies: dict = field(default_factory=dict)
 
     @property
@@ -175,10 +191,22 @@ class PrefilledEngine:
             raise ValueError("a prefilled engine needs the episodes' sessions to count their replies")
         texts = [self._next_prefix(s) for s in sessions]
         ids = [self.encode(text) if text else [] for text in texts]
-        primed = [p + i for p, i in zip(prompts, ids, strict=True)]
-        out = self.inner.generate(primed, sampling, progress=progress, sessions=sessions)
-        return [Completion(i + c.token_ids, [0.0] * len(i) + c.logprobs, text + c.text, c.finish_reason, c.version)
-                if text else c for c, i, text in zip(out, ids, texts, strict=True)]  # fmt: skip
+        going = [k for k, text in enumerate(texts) if not is_whole_reply(text)]  # a whole reply is not continued
+        primed = [prompts[k] + ids[k] for k in going]
+        out = dict(zip(going, self.inner.generate(primed, sampling, progress=progress,
+                                                  sessions=[sessions[k] for k in going]) if primed else [],
+                       strict=True))  # fmt: skip
+        return [self._completed(out.get(k), ids[k], texts[k]) for k in range(len(prompts))]
+
+    def _completed(self, c: Completion | None, ids: list[int], text: str) -> Completion:
+        """The reply: the prefix and the inner engine's continuation (none for a whole reply)."""
+        if c is None:
+            if self.end_id is None:
+                return Completion(ids, [0.0] * len(ids), text, "length", self.inner.version)
+            return Completion([*ids, self.end_id], [0.0] * (len(ids) + 1), text, "stop", self.inner.version)
+        if not text:
+            return c
+        return Completion(ids + c.token_ids, [0.0] * len(ids) + c.logprobs, text + c.text, c.finish_reason, c.version)
 
     def _next_prefix(self, session: Hashable) -> str:
         n = self.replies.get(session, 0)

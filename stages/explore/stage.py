@@ -103,7 +103,8 @@ def explore_targets(ctx: StageContext, round_: int, teacher: TeacherLLM, targets
                                progress=advance, named_tool_context=cfg.named_tool_context,
                                prefill_named_tool=cfg.prefill_named_tool,
                                prefill_arguments=cfg.prefill_arguments,
-                               prefill_listing_first=cfg.prefill_listing_first)
+                               prefill_listing_first=cfg.prefill_listing_first,
+                               prefill_listing_call=cfg.prefill_listing_call)
     artifacts = exploration_artifacts(explorations, run=ctx.run, round_=round_, teacher=teacher.version)
     statuses = [x.status for x in explorations]
     outputs = {"explorations": len(explorations), "contexts": statuses.count("ok"),

@@ -8,7 +8,7 @@ import json
 from coevolve.core import ToolCall
 from coevolve.envs.base import Task
 from coevolve.prompts import ABSTRACT_PREFIX, abstract_prefix
-from coevolve.stages.abstract.abstraction import Group, abstract_groups, repair_answers
+from coevolve.stages.abstract.abstraction import Group, abstract_groups, question_prefix, repair_answers
 from coevolve.stages.abstract.similarity import jaccard, solution_signature
 from tests.fakes.teacher import ScriptedTeacher
 from tests.unit.evolution_world import family, make_env
@@ -208,3 +208,43 @@ def test_similarity_helpers():
     )
     assert jaccard("What is the balance of SAV-2?", "what is THE balance of sav-2") == 1.0
     assert jaccard("a b", "c d") == 0.0
+
+
+def test_prefill_question_opens_a_read_only_calls_task_as_a_question_naming_its_values(tokenizer, world):
+    """A read-only call that takes arguments: its solution and a query opened as a question naming its
+    values are written for the teacher, alone or after the listing whose result shows them; other groups
+    keep their start, and the default is unchanged."""
+    bank = family(world.train, "bank_balance")
+    (a, info_a), (b, _) = list(bank.initial_state["bank"]["accounts"].items())[:2]
+    read = _group(bank, [("get_balance", {"account_id": a})], "read")
+    listed = _group(bank, [("list_accounts", {}), ("transfer", {"from_account": a, "to_account": b, "amount": 5.0}),
+                           ("get_balance", {"account_id": a})], "listed")  # fmt: skip
+    move = _group(bank, [("transfer", {"from_account": a, "to_account": b, "amount": 5.0})], "move")
+    opened = f'"query": "Look up the balance {a} and tell me the '
+    assert question_prefix(read.calls) == ABSTRACT_PREFIX + "0], " + opened
+    assert question_prefix(listed.calls) == ABSTRACT_PREFIX + "0, 2], " + opened  # the listing showed the id
+    assert question_prefix(move.calls) is None and question_prefix(listed.calls[:2]) is None
+    answer = f"{info_a['balance']:.2f}"
+
+    class PrefixEchoTeacher(ScriptedTeacher):  # fake: continues each prefix with a task for its group
+        def complete(self, conversations, sampling, *, reply_prefix=""):
+            self.batches = [*getattr(self, "batches", []), reply_prefix]
+            rest = f'balance.", "answers": ["{answer}"]}}]' if reply_prefix.endswith("tell me the ") else (
+                f'Transfer 5.00 from {a} to {b}."}}]')
+            return [reply_prefix + rest] * len(conversations)
+
+    teacher = PrefixEchoTeacher(tokenizer, [])
+    rows = abstract_groups(teacher, make_env, [read, listed, move], env="toolworld", max_tasks=3,
+                           duplicate_jaccard=0.8, existing=[], seed=0, prefill_effect=True,
+                           prefill_question=True)  # fmt: skip
+    assert [(r["group_id"], r["query"], [c["name"] for c in json.loads(r["solution"])]) for r in rows] == [
+        ("read", f"Look up the balance {a} and tell me the balance.", ["get_balance"]),
+        ("listed", f"Look up the balance {a} and tell me the balance.", ["list_accounts", "get_balance"]),
+        ("move", f"Transfer 5.00 from {a} to {b}.", ["transfer"])]  # fmt: skip
+    assert json.loads(rows[0]["answers"]) == [answer]
+    teacher = PrefixEchoTeacher(tokenizer, [])
+    abstract_groups(teacher, make_env, [read], env="toolworld", max_tasks=3, duplicate_jaccard=0.8, existing=[],
+                    seed=0, prefill_effect=True)  # fmt: skip
+    assert teacher.batches == [ABSTRACT_PREFIX + '0], "answers": ["']  # without it: `prefill_effect`'s start
+    spaced = [{"tool": "search_files", "arguments": {"text": ' send "invoice"'}, "observation": "", "changed": False}]
+    assert question_prefix(spaced).endswith('Look up the files \'send \\"invoice\\"\' and tell me the ')

@@ -154,6 +154,21 @@ def test_listing_first_prefills_the_listing_then_the_named_tool_with_its_first_v
     assert sum(p.endswith(named) for p in engine.prompts) == 2  # and its second
 
 
+def test_listing_call_makes_the_listings_whole_call_the_first_reply_which_the_teacher_does_not_write(
+        tokenizer, world):  # fmt: skip
+    options = {"named_tool_context": True, "prefill_named_tool": True, "prefill_listing_first": True}
+    x, _, engine = _explore(tokenizer, world, **options, prefill_listing_call=True)
+    listing, named = call_prefix("list_accounts"), call_prefix("deposit") + '{"account_id": "'
+    assert not any(p.endswith(listing) for p in engine.prompts)  # the engine was not asked to write it
+    assert sum(p.endswith(named) for p in engine.prompts) == 2  # the named call still opened, second
+    for episode in x.episodes:
+        first = next(m for m in episode.messages if m["role"] == "assistant")
+        assert first["content"] == '<tool_call>\n{"name": "list_accounts", "arguments": {}}\n</tool_call>'
+        assert episode.steps[0]["tool"] == "list_accounts" and episode.steps[0]["ok"]
+        assert "SAV" in episode.steps[0]["observation"] or "CHK" in episode.steps[0]["observation"]
+    assert x.episodes[0].input_ids.count(engine.inner.end_id) > 0  # the whole reply closed its turn
+
+
 def test_the_explore_stage_points_unused_signals_at_their_tool(tmp_path, tokenizer):
     """Rollout, signals (`unused` beside boundary, round robin) and explore through the stage runner: the
     unused signals' explorations hold their tool's schema and start by calling it."""
