@@ -13,7 +13,7 @@ at first. A fork copies those instead of computing them again. A stage of round 
    every stage of the earlier rounds (a round reads what they compute: the merged dataset, the policy);
 3. its artifacts are ledger rows whose ids can be re-derived for the target run (`FORKABLE`).
 
-Copies get the target's run name and ids (trajectory and group ids hash the run name, `stages.ledger`),
+Copies get the target's run name and ids (trajectory and group ids hash the run name, `agents.ledger`),
 grpo_update's checkpoint is hard-linked, and the manifest records its origin (`forked_from`) and the
 source's compute `seconds`, so the target's stage costs read as what computing them takes. The target
 computes every other stage when it runs; a later change upstream recomputes the copies like any stage.
@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from coevolve.agents.ledger import group_id, trajectory_id
 from coevolve.config import CoevolveConfig
+from coevolve.core import content_hash
 from coevolve.flows.runs import RunError, load_saved_config
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.runner import is_cached, stage_key
@@ -144,18 +145,25 @@ def _copy(stage: StageDef, shared: Shared, source: RunStore, target: RunStore, r
 
 
 def _id_map(source: RunStore, round_: int, stage: str, manifest: Manifest, run: str) -> dict[str, str]:
-    """Old -> new trajectory and group ids of the stage's trajectories, derived for run `run`."""
+    """Old -> new trajectory and group ids of the stage's trajectories, derived for run `run` from each row
+    (a trajectory id hashes the episode's content, `agents.ledger.trajectory_id`)."""
     if "trajectories" not in manifest.artifacts:
         return {}
     ids = {}
     for row in source.read(round_, stage, "trajectories").to_pylist():
-        episode = (row["source"], row["task_id"], row["sample"], row["policy_version"])
-        if trajectory_id(source.run, round_, *episode) != row["trajectory_id"]:
+        derivable = (trajectory_id(source.run, round_, row), _id_before_content(source.run, round_, row))
+        if row["trajectory_id"] not in derivable:
             raise ArtifactError(f"trajectory {row['trajectory_id']} of stage '{stage}' round {round_} in "
                                 f"run '{source.run}' does not have a derivable id: it cannot be forked")
-        ids[row["trajectory_id"]] = trajectory_id(run, round_, *episode)
+        ids[row["trajectory_id"]] = trajectory_id(run, round_, row)
         ids[row["group_id"]] = group_id(run, round_, row["source"], row["task_id"])
     return ids
+
+
+def _id_before_content(run: str, round_: int, row: dict) -> str:
+    """A trajectory id as runs made before ids hashed the episode's content have them: their stages stay
+    cached, and a fork of them gives the copies content ids."""
+    return content_hash([run, round_, row["source"], row["task_id"], row["sample"], row["policy_version"]])
 
 
 def _retarget(table: pa.Table, run: str, ids: dict[str, str], paths: dict[str, str]) -> pa.Table:

@@ -6,7 +6,10 @@ A task abstracted from one call of a group (`abstract.single_calls`) shows that 
 marked (`parent_group_id`, `call_index` of its lineage).
 
 Each link is one lookup by id through the task's `lineage` JSON (`stages/merge` writes it), filtered by
-run, so the page costs a handful of indexed-by-partition queries however large the run is.
+run, so the page costs a handful of indexed-by-partition queries however large the run is. A trajectory id
+hashes what the episode was (`agents.ledger`): after a stage re-run that changed the signal's episode, its
+id is in the run no more and the page says so, with why the signal is stale, instead of showing another
+episode.
 """
 
 from __future__ import annotations
@@ -55,11 +58,32 @@ def lineage_chain(reader: RunsReader, run: str, lineage: dict[str, Any]) -> dict
         "verification": verification,
         "triples": mark_call(lineage_triples(reader, run, lineage), lineage.get("call_index")),
     }
+    chain["signal_trajectory"] = signal_trajectory(reader, run, chain["signal"])
     exploration = chain["exploration"]
     if exploration:
         episodes = loads_json(exploration.get("trajectory_ids"))
         exploration["episodes"] = episodes if isinstance(episodes, list) else []
     return chain
+
+
+def signal_trajectory(reader: RunsReader, run: str, signal: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The episode a signal was made from: `{"trajectory": its row, "why": None}`, or, where the run holds
+    no episode of that id any more (the stage that wrote it was re-run with other episodes, which got other
+    ids), `{"trajectory": None, "why": ...}` naming the signal's stale stage. None without a signal."""
+    if signal is None:
+        return None
+    trajectory = reader.one("SELECT trajectory_id, round, stage, source, reward, success, finish FROM trajectories "
+                            "WHERE run = ? AND round = ? AND trajectory_id = ? LIMIT 1",
+                            [run, signal["trajectory_round"], signal["trajectory_id"]]) if reader.has("trajectories") else None  # fmt: skip
+    if trajectory is not None:
+        return {"trajectory": trajectory, "why": None}
+    stale = {(s["round"], s["stage"]): s["why"] for s in reader.stale(run)}
+    why = stale.get((signal["round"], signal["stage"]))
+    if why is None:
+        return {"trajectory": None, "why": f"not in the run: no trajectory of round {signal['trajectory_round']} "
+                                          f"has this id"}  # fmt: skip
+    return {"trajectory": None, "why": f"not in the run any more: its stage was re-run with other episodes, so "
+                                      f"round {signal['round']} {signal['stage']} is stale ({why})"}  # fmt: skip
 
 
 def verified_candidate(
