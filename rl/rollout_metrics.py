@@ -14,7 +14,8 @@ From the rollout's `trajectories` and `steps` rows (`agents.ledger`), one value 
     tools_failure_frequency    failed tool calls per tool call, 0 without calls (TRL's); an unparsable call is no
                                call here, as in TRL
 
-Pure: rows in, numbers out. Written into the rollout manifest's outputs (`stages/rollout/stage.py`).
+Pure: rows in, numbers out. Written into the rollout manifest's outputs (`stages/rollout/stage.py`), read from
+there by the web view (`ui.queries.trl_figures`), which shows them under TRL's own names (`TRL_NAMES`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from typing import Any
 ROLLOUT_FIGURES = ("frac_reward_zero_std", "completions_mean_length", "completions_clipped_ratio",
                    "tools_call_frequency", "tools_failure_frequency")  # fmt: skip
 """The names `rollout_figures` returns."""
+TRL_NAMES = {"frac_reward_zero_std": "frac_reward_zero_std", "completions_mean_length": "completions/mean_length",
+             "completions_clipped_ratio": "completions/clipped_ratio", "tools_call_frequency": "tools/call_frequency",
+             "tools_failure_frequency": "tools/failure_frequency"}  # fmt: skip
+"""Each figure's name as TRL logs it (what the web view shows)."""
 CLIPPED_FINISHES = frozenset({"max_steps", "context"})
 """An episode's `finish` when a rollout limit ended it."""
 

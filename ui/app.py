@@ -26,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 
 from coevolve.storage.parquet import ArtifactError
 from coevolve.ui import queries
-from coevolve.ui.charts import VERDICT_COLOURS, count_bars, curves
+from coevolve.ui.charts import VERDICT_COLOURS, count_bars, curves, trl_curves
 from coevolve.ui.evidence import evidence_rows
 from coevolve.ui.host_guard import HostGuard
 from coevolve.ui.lineage import task_page
@@ -105,9 +105,11 @@ class Pages:
         stale_rounds: dict[int, list[str]] = {}
         for s in stale:  # a round's figures come from its stages: a stale one makes them stale
             stale_rounds.setdefault(s["round"], []).append(s["stage"])
+        trl = queries.trl_figures(self.reader, run)
         return self.render(request, "run.html", run=run, rounds=rounds, metrics=metrics[run],
                            charts=curves(metrics), config=self.reader.config(run), stale=stale,
-                           stale_rounds=stale_rounds,
+                           stale_rounds=stale_rounds, trl=trl, trl_names=list(dict.fromkeys(
+                               n for figures in trl.values() for n in figures)), trl_charts=trl_curves(run, trl),
                            evaluations=queries.fresh_evaluations(self.reader, run))  # fmt: skip
 
     def round(self, request: Request) -> HTMLResponse:

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from coevolve.ui.queries import CURVES
+from coevolve.ui.queries import CURVES, SAMPLING_NAMES
 
 PALETTE = ("#2277cc", "#d9480f", "#2b8a3e", "#862e9c", "#e67700", "#0b7285", "#c2255c", "#5f3dc4")
 VERDICT_COLOURS = {"accept": "#2b8a3e", "retain": "#e0a100", "discard": "#868e96"}
-FRACTIONS = {"train_success", "heldout_success"}
+FRACTIONS = {"train_success", "heldout_success", "frac_reward_zero_std", "completions/clipped_ratio",
+             "tools/failure_frequency"}
 COUNTS = {"dataset_size"}
 
 
@@ -39,6 +40,24 @@ def curves(metrics: dict[str, dict[int, dict[str, Any]]]) -> list[dict[str, Any]
         series = [{"label": run, "values": [_number(rounds.get(r, {}).get(key)) for r in x]}
                   for run, rounds in metrics.items()]  # fmt: skip
         charts.append(chart(key, title, "lines", _y_of(key), x, series, references))
+    return charts
+
+
+def trl_curves(run: str, figures: dict[int, dict[str, float]]) -> list[dict[str, Any]]:
+    """A run's TRL figures (`queries.trl_figures`), one line chart per name, titled with TRL's name; the
+    importance-sampling weights' min, mean and max as three series of one chart."""
+    rounds = sorted(figures)
+    sampling = tuple(SAMPLING_NAMES.values())
+    names = [n for n in dict.fromkeys(n for r in rounds for n in figures[r]) if n not in sampling]
+    groups = [(name, name, [(run, name)]) for name in names]
+    if any(n in figures[r] for r in rounds for n in sampling):
+        title = "sampling/importance_sampling_ratio (min, mean, max)"
+        groups.append(("sampling/importance_sampling_ratio", title, [(n.rsplit("/", 1)[1], n) for n in sampling]))
+    charts = []
+    for key, title, lines in groups:
+        x = [r for r in rounds if any(n in figures[r] for _, n in lines)]
+        series = [{"label": label, "values": [_number(figures[r].get(n)) for r in x]} for label, n in lines]
+        charts.append(chart(key, title, "lines", _y_of(key), x, series, []))
     return charts
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from coevolve.config import SIGNAL_KINDS
+from coevolve.rl.rollout_metrics import TRL_NAMES
 from coevolve.storage.parquet import ArtifactError
 from coevolve.ui.lineage import candidate_label
 from coevolve.ui.reader import RunsReader
@@ -24,6 +25,9 @@ CURVES = {
     "dataset_size": "dataset size |D_v| (trained on from round v)",
 }
 """Chart key -> title; the keys are columns of `round_metrics` (drawn by `ui.charts`)."""
+SAMPLING_NAMES = {f"is_ratio_{s}": f"sampling/importance_sampling_ratio/{s}" for s in ("min", "mean", "max")}
+"""The update's importance-sampling weights (`rl.update_metrics.weight_record`, per optimizer step) under TRL's
+names; a round's value is the min of the steps' minima, the mean of their means, the max of their maxima."""
 OUTCOMES = ("accept", "retain", "discard")
 MAX_MATCHES = 50
 """Ids listed at most for an id prefix that matches several."""
@@ -91,6 +95,28 @@ def _trained_on(rounds: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
         if metrics.get("dataset_size") is None and metrics.get("train_episodes") and older:
             metrics["dataset_size"] = older[-1]
     return rounds
+
+
+def trl_figures(reader: RunsReader, run: str) -> dict[int, dict[str, float]]:
+    """round -> TRL's name -> value: the rollout's figures of a generation batch (`rl.rollout_metrics`) and the
+    update's importance-sampling weights, read from the two stages' manifests (absent where a stage did not
+    record them: a rollout from before them, an update that corrected nothing)."""
+    out: dict[int, dict[str, float]] = {}
+    for round_ in reader.layout(run).rounds():
+        figures: dict[str, float] = {}
+        rollout = reader.manifest(run, round_, "rollout")
+        for key, name in TRL_NAMES.items():
+            if rollout is not None and isinstance(rollout.outputs.get(key), int | float):
+                figures[name] = float(rollout.outputs[key])
+        update = reader.manifest(run, round_, "grpo_update")
+        steps = [s for s in (update.outputs.get("steps") or []) if "is_ratio_mean" in s] if update else []
+        if steps:
+            pick = {"min": min, "max": max, "mean": lambda values: sum(values) / len(values)}
+            for key, name in SAMPLING_NAMES.items():
+                figures[name] = float(pick[key.rsplit("_", 1)[1]]([s[key] for s in steps]))
+        if figures:
+            out[round_] = figures
+    return out
 
 
 def runs_overview(reader: RunsReader, runs: list[str], metrics: dict) -> list[dict[str, Any]]:
