@@ -35,6 +35,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     "signals": Benchmark("signals_bench", "speed of extract_signals on a 5M-step ledger, against plain Python"),
     "bfcl-replay": Benchmark("bfcl_replay", "BFCL ground truths replayed through our environment, timed against bfcl-eval's checker"),
     "rollout-efficiency": Benchmark("rollout_efficiency", "agent-loop tokens/s against one batched generate; prefill per episode"),
+    "staleness": Benchmark("staleness", "rounds per hour at equal samples: synchronous against rollout.max_staleness 1, alternating"),
     "round-overhead": Benchmark("round_overhead", "a round's wall time that is neither generation nor the update"),
     "profile-round": Benchmark("profile_round", "where a round's time goes, by kind of work"),
     "update-throughput": Benchmark("update_throughput", "one GRPO update: TRL's GRPOTrainer, our plain path, shared prefix, + LoRA"),

@@ -31,7 +31,7 @@ from coevolve.flows.tracking import track_rounds
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.runner import StageRecord, run_stage
 from coevolve.pipeline.stage import StageDef
-from coevolve.stages.plan import round_plan
+from coevolve.stages.plan import rollout_ahead_beside, round_plan
 from coevolve.stages.run_context import open_run
 from coevolve.storage.catalog import build_catalog
 from coevolve.storage.parquet import write_text_atomic
@@ -47,11 +47,16 @@ class RoundReport:
 
 
 @task(cache_policy=NO_CACHE, persist_result=False)
-def stage_task(stage: StageDef, ctx: RunContext, round_: int, force: bool = False) -> Any:
-    """One stage run; a cache hit is reported as a `Cached` state holding the record."""
+def stage_task(stage: StageDef, ctx: RunContext, round_: int, force: bool = False, threads: int = 0) -> Any:
+    """One stage run; a cache hit is reported as a `Cached` state holding the record. `threads` > 0: the
+    torch math threads of this task's thread (a stage run beside another, `RolloutAhead`)."""
     from prefect.logging import get_run_logger
     from prefect.states import Completed
 
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
     record = run_stage(stage, ctx, round_, force=force)
     logger = get_run_logger()
     if record.cached:
@@ -92,10 +97,9 @@ def announce(line: str, *, quiet: bool) -> None:
 def run_rounds(ctx: RunContext, rounds: int, *, force: bool = False) -> list[RoundReport]:
     """Run rounds 0..rounds-1 of the run in `ctx` (completed stages are skipped)."""
     save_resolved_config(ctx)
-    reports, size = [], None
+    reports, size, ahead = [], None, None
     for round_ in range(rounds):
-        records = {stage.name: run_stage_in_flow(stage, ctx, round_, force=force)
-                   for stage in round_plan(ctx.config, round_)}  # fmt: skip
+        records, ahead = run_round(ctx, round_, rounds, ahead, force=force)
         reports.append(RoundReport(round_, records))
         metrics = round_metrics(ctx.store, round_, size)
         size = metrics["dataset_size"]
@@ -106,6 +110,67 @@ def run_rounds(ctx: RunContext, rounds: int, *, force: bool = False) -> list[Rou
         track_rounds(ctx.config, ctx.store.layout, [metrics], spec=ctx.spec)
     refresh_catalog(ctx)
     return reports
+
+
+class RolloutAhead:
+    """Round r+1's rollout running in a task thread of the flow while round r's update computes in the flow's
+    own thread. The two share the CPU's math threads: each sets its share with `torch.set_num_threads` (per
+    thread under OpenMP), the rollout half (at least one), the update the rest, until the rollout is
+    awaited; then the flow's thread takes them all back."""
+
+    def __init__(self, future: Any, threads: int) -> None:
+        self.future, self.threads = future, threads
+
+    @classmethod
+    def submit(cls, ctx: RunContext, round_: int, *, force: bool = False) -> "RolloutAhead":
+        import torch
+
+        from coevolve.stages.plan import get_stage
+
+        threads = torch.get_num_threads()
+        share = max(1, threads // 2)
+        tagged = stage_task.with_options(name="rollout", task_run_name=f"rollout[{round_}]",
+                                         tags=[f"run:{ctx.run}", f"round:{round_}", "coevolve", "ahead"])  # fmt: skip
+        future = tagged.submit(get_stage("rollout"), ctx, round_, force=force, threads=share)
+        torch.set_num_threads(max(1, threads - share))
+        return cls(future, threads)
+
+    def result(self) -> StageRecord:
+        import torch
+
+        try:
+            return self.future.result()
+        finally:
+            torch.set_num_threads(self.threads)
+
+    def settle(self) -> None:
+        """Wait for the rollout to end, whatever its outcome (the round beside it failed)."""
+        import torch
+
+        self.future.wait()
+        torch.set_num_threads(self.threads)
+
+
+def run_round(ctx: RunContext, round_: int, rounds: int, ahead: RolloutAhead | None, *,
+              force: bool = False) -> tuple[dict[str, StageRecord], RolloutAhead | None]:
+    """The stages of round `round_`, in order; its rollout is `ahead`'s when the previous round started it.
+    With `rollout.max_staleness` > 0, round `round_`+1's rollout is submitted as a Prefect task beside this
+    round's update (`stages.plan.rollout_ahead_beside`): what is returned for the next round to await."""
+    beside = rollout_ahead_beside(ctx.config, round_) if round_ + 1 < rounds else None
+    records: dict[str, StageRecord] = {}
+    try:
+        for stage in round_plan(ctx.config, round_):
+            if stage.name == "rollout" and ahead is not None:
+                records[stage.name], ahead = ahead.result(), None
+                continue
+            if stage is beside:
+                ahead = RolloutAhead.submit(ctx, round_ + 1, force=force)
+            records[stage.name] = run_stage_in_flow(stage, ctx, round_, force=force)
+    except BaseException:
+        if ahead is not None:  # never leave it writing the run once the flow lets go of the run's lock
+            ahead.settle()
+        raise
+    return records, ahead
 
 
 def refresh_catalog(ctx: RunContext) -> None:

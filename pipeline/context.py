@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from coevolve import envs
-from coevolve.agents.policy import EngineFactory, Policy, base_version
+from coevolve.agents.policy import EngineFactory, Policy, base_version, load_checkpoint_weights
 from coevolve.config import CoevolveConfig
 from coevolve.envs.base import Environment, Task
 from coevolve.storage.datasets import Datasets
@@ -76,6 +76,7 @@ class RunContext:
     spec: CoevolveConfig = field(init=False)
     """The config as written (saved into the run); `config` is it with its warm starts named."""
     _warm_starts_checked: bool = field(default=False, init=False, repr=False)
+    _stale_policy: Policy | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.spec, self.config = self.config, self.services.name_warm_starts(self.config)
@@ -175,6 +176,23 @@ class RunContext:
             version, checkpoint = self.checked_policy_after(round_)
         self.policy.ensure(version, checkpoint)
         return self.policy
+
+    def use_stale_policy(self, round_: int) -> Policy:
+        """The policy after round `round_` in a second model of its own (`rollout.max_staleness` > 0): a stale
+        rollout generates with it while grpo_update trains `policy` in place, so the two never share weights.
+        The weights only: it never trains, and the optimizer state beside older checkpoints is dropped
+        while it loads (`grpo_update`'s clean-up)."""
+        self.build_warm_starts()
+        if self._stale_policy is None:
+            self._stale_policy = Policy(self.config.model, self.config.train, engine_factory=self.engine_factory)
+        stale = self._stale_policy
+        version, checkpoint = self.checked_policy_after(round_)
+        if checkpoint is None or stale.model is None:
+            stale.ensure(*self.policy_after(-1))
+        if version != stale.version:
+            load_checkpoint_weights(stale.model, checkpoint, version, lora=bool(self.config.train.lora_rank))
+            stale.publish(version, checkpoint)
+        return stale
 
     def teacher_version(self, policy_round: int) -> str:
         """Names the teacher's weights for cache keys: the policy version, or the configured model."""

@@ -39,7 +39,7 @@ def _sources(read: Any, ctx: RunContext, round_: int) -> list[InputRef]:
         version = ctx.datasets.version_of(round_)
         return [InputRef(version.round, version.stage, "artifacts.datasets", version.sha256)]
     if isinstance(read, Policy):
-        return _policy(ctx, read.policy_round(round_))
+        return _policy(ctx, read.policy_round(ctx, round_))
     if isinstance(read, EvolutionPolicy):
         return _policy(ctx, read.policy_round(ctx, round_))
     if isinstance(read, Teacher):

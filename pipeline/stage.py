@@ -124,15 +124,23 @@ class Policy:
 
     after_round: int = -1
     base: bool = False
+    staleness: str | None = None
+    """A config field holding s (`rollout.max_staleness`): the policy s rounds older still (never older than
+    the base), held in a model of its own while s > 0 (`RunContext.use_stale_policy`)."""
 
-    def policy_round(self, round_: int) -> int:
-        return -1 if self.base else round_ + self.after_round
+    def lag(self, ctx: RunContext) -> int:
+        return ctx.config.value(self.staleness) if self.staleness else 0
+
+    def policy_round(self, ctx: RunContext, round_: int) -> int:
+        return -1 if self.base else max(round_ + self.after_round - self.lag(ctx), -1)
 
     def key_part(self, ctx: RunContext, round_: int) -> str:
-        return ctx.policy_after(self.policy_round(round_))[0]
+        return ctx.policy_after(self.policy_round(ctx, round_))[0]
 
     def load(self, ctx: RunContext, round_: int) -> Any:
-        return ctx.use_policy(self.policy_round(round_))
+        if self.lag(ctx):
+            return ctx.use_stale_policy(self.policy_round(ctx, round_))
+        return ctx.use_policy(self.policy_round(ctx, round_))
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ Round r: [warm-start when the config has a `warm_start` section; bootstrap-explo
 `dataset.bootstrap_tasks` > 0, then bootstrap, then baseline: round 0 only] -> rollout -> [signals ->
 explore -> triples -> abstract -> verify -> merge every `evolve.every` rounds] -> grpo_update ->
 [evaluate every `eval.every` rounds]. With `evolve.verify_after_update` the evolution follows grpo_update.
+With `rollout.max_staleness` > 0 round r+1's rollout runs beside round r's grpo_update (`rollout_ahead_beside`).
 
     from coevolve.stages.plan import STAGES, round_plan
     [stage.name for stage in round_plan(config, 0)]
@@ -48,6 +49,17 @@ def evolves(config: CoevolveConfig, round_: int) -> bool:
     `evolve.last_round`)."""
     every, last = config.evolve.every, config.evolve.last_round
     return every > 0 and (round_ + 1) % every == 0 and (last is None or round_ <= last)
+
+
+def rollout_ahead_beside(config: CoevolveConfig, round_: int) -> StageDef | None:
+    """With `rollout.max_staleness` > 0, the stage of round `round_` beside which round `round_`+1's rollout
+    runs: grpo_update, when everything that rollout reads exists before it (D_{r+1}: the merge runs before
+    the update; its policy, after round r-s, is older than this update). None: no overlap (synchronous, or
+    `evolve.verify_after_update` merging after the update)."""
+    if not config.rollout.max_staleness:
+        return None
+    plan = round_plan(config, round_)
+    return None if MERGE in plan[plan.index(GRPO_UPDATE):] else GRPO_UPDATE
 
 
 def round_plan(config: CoevolveConfig, round_: int) -> list[StageDef]:

@@ -114,6 +114,11 @@ class RolloutConfig(Section):
     """Cap on model replies per episode (over all turns)."""
     max_context_tokens: int = Field(2048, ge=64, le=1_048_576)
     """An episode whose context would exceed this ends with finish = 'context'."""
+    max_staleness: int = Field(0, ge=0, le=1_000)
+    """Extension, not the paper's (prime-rl's `max_off_policy_steps`, SkyRL's `max_staleness_steps`): round
+    r's rollouts sample from the policy after round r-1-s, so round r+1's rollout runs while round r's
+    update trains (in a second copy of the model). 0 = synchronous: the policy after round r-1, the
+    paper's on-policy GRPO."""
 
 
 class EvalConfig(Section):
@@ -291,6 +296,21 @@ class CoevolveConfig(Section):
         if self.warm_start.teacher_tasks and self.teacher.type != "policy" and not built:
             raise ValueError(f"warm_start.teacher_tasks builds the teacher from the policy's start; it needs "
                              f"teacher.type: policy, not {self.teacher.type}")
+        return self
+
+    @model_validator(mode="after")
+    def _staleness_fits(self) -> CoevolveConfig:
+        stale = self.rollout.max_staleness
+        if stale and self.model.servers:
+            raise ValueError("rollout.max_staleness > 0 generates in a second in-process model; the servers in "
+                             "model.servers serve one version at a time: set it to 0 or drop model.servers")
+        if stale and self.train.vllm_importance_sampling_correction is None:
+            raise ValueError("rollout.max_staleness > 0 trains on samples of an older policy: say whether the "
+                             "update corrects for it, train.vllm_importance_sampling_correction: true (as prime-rl "
+                             "and SkyRL do) or false (uncorrected)")
+        if stale >= self.train.keep_checkpoints:
+            raise ValueError(f"rollout.max_staleness: {stale} samples from the checkpoint {stale + 1} rounds "
+                             f"back; train.keep_checkpoints must keep it (at least {stale + 1})")
         return self
 
     def value(self, path: str) -> Any:

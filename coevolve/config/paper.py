@@ -152,6 +152,9 @@ SETTINGS: tuple[Setting, ...] = (
             not_given),
     Setting("rollout.newest_share", "0: one weighted draw", EXT,
             "a share of each round's draws reserved for the newest admitted tasks", _is(0.0)),
+    Setting("rollout.max_staleness", "0: synchronous, on-policy", EXT,
+            "round r samples with the policy after round r-1-s while the update of round r-1 trains "
+            "(prime-rl's max_off_policy_steps)", _is(0)),
     # the update
     Setting("model.dtype", NOT_GIVEN, DEV, "the weights' dtype in training and generation", not_given),
     Setting("train.lora_rank", "not said (full fine-tuning or LoRA)", DEV,

@@ -1,8 +1,9 @@
 """rollout: K episodes for each of `rollout.tasks_per_round` tasks drawn from D_r, with the current policy.
 
-Reads the dataset version of round r and the policy after round r-1; writes `trajectories` (source
-`rollout`), `steps` and `samples` (exact sampled token ids, loss mask, sampler log-probs, reward) that
-grpo_update trains on.
+Reads the dataset version of round r and the policy after round r-1 (after round r-1-s with
+`rollout.max_staleness` s > 0: its version is in the cache key and the manifest's outputs name it and its
+checkpoint); writes `trajectories` (source `rollout`), `steps` and `samples` (exact sampled token ids, loss
+mask, sampler log-probs, reward) that grpo_update trains on.
 
     coevolve stage rollout --run demo --round 1
 """
@@ -24,7 +25,8 @@ from coevolve.storage.datasets import sample_task_ids
 
 
 def check_single_version(episodes: list[Episode], expected: str, round_: int) -> None:
-    """GRPO is on-policy: every sample of a round must come from the policy version being trained."""
+    """Every sample of a round comes from the one policy version its key names (the one being trained, or
+    the stale one `rollout.max_staleness` picks)."""
     versions = set().union(*(ep.versions for ep in episodes)) if episodes else set()
     if versions - {expected}:
         raise RuntimeError(
@@ -60,6 +62,7 @@ def roll_out(ctx: StageContext, round_: int, inputs: Inputs) -> StageResult:
         "generated_tokens": generated, "seconds": round(seconds, 3),
         "tokens_per_second": round(generated / seconds, 2) if seconds > 0 else 0.0,
         **rollout_figures(trajectories, steps),  # TRL's figures of a generation batch
+        **sampled_with(ctx, round_),
     }
     return StageResult(
         {"trajectories": trajectories, "steps": steps,
@@ -68,9 +71,25 @@ def roll_out(ctx: StageContext, round_: int, inputs: Inputs) -> StageResult:
     )
 
 
+def sampled_with(ctx: StageContext, round_: int) -> dict[str, object]:
+    """With `rollout.max_staleness` > 0, the policy the samples came from: the round whose update made it
+    (-1: the base weights), its version and its checkpoint (relative to the run), and the staleness in
+    rounds (the number of updates between it and the policy being trained)."""
+    if not ctx.config.rollout.max_staleness:
+        return {}
+    policy_round = POLICY.policy_round(ctx, round_)
+    version, checkpoint = ctx.policy_after(policy_round)
+    where = None if checkpoint is None else str(checkpoint.relative_to(ctx.store.layout.run_dir))
+    return {"policy_round": policy_round, "policy_version": version, "policy_checkpoint": where,
+            "staleness": round_ - 1 - policy_round}
+
+
+POLICY = Policy(after_round=-1, staleness="rollout.max_staleness")
+"""The policy after round r-1, or r-1-s with `rollout.max_staleness` s (in a model of its own)."""
+
 ROLLOUT = StageDef(
     "rollout", 1,
     config=("rollout", "env", "model", "run.seed"),
-    reads={"dataset": Dataset(), "policy": Policy(after_round=-1)},
+    reads={"dataset": Dataset(), "policy": POLICY},
     compute=roll_out,
 )

@@ -1,0 +1,98 @@
+"""Bounded staleness against synchronous rounds: rounds per hour at equal samples, in one process.
+
+    coevolve bench staleness                                   # test-tiny, 4 rounds, 2 pairs of runs
+    coevolve bench staleness configs/test-tiny.yaml --rounds 4 --pairs 3 --set eval.every=0
+
+Runs the real `coevolve` Prefect flow on fresh runs of one config, alternating a synchronous run
+(`rollout.max_staleness: 0`) and a run with `rollout.max_staleness: 1` (round r+1's rollout beside round r's
+update, `flows.coevolve.RolloutAhead`), pair after pair, so a load that comes and goes on the machine falls
+on both arms alike. Both arms draw the same tasks and episodes per round (equal samples); pair i runs with
+`run.seed` i in both arms. The stale arm's update corrects for its older samples
+(`train.vllm_importance_sampling_correction: true`); the synchronous arm's is the on-policy one, uncorrected.
+A run's wall time is that of its rounds, from its round-0 rollout's start to the end of its last stage
+(bootstrap and baseline left out: they are the same in both arms), read from the stage manifests. Recorded in
+`benchmarks/results/staleness.jsonl`: rounds per hour of each arm (over all its runs), their ratio, the
+lowest and highest ratio of a pair, and each arm's learning curve: the rollout's mean reward per round,
+averaged over the seeds (with staleness the rollout of round r samples from an older policy).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from coevolve.benchmarks.record import command_line, figure, record_result
+from coevolve.benchmarks.suite import argument_parser
+
+ARMS = {"synchronous": 0, "staleness 1": 1}
+"""Arm name -> `rollout.max_staleness`."""
+
+
+def run_arm(config: str, root: Path, run: str, rounds: int, overrides: list[str]) -> tuple[float, list[float]]:
+    """One fresh run of `config`: (wall seconds of its rounds, the rollout's mean reward per round)."""
+    from coevolve.flows.coevolve import coevolve
+    from coevolve.storage.layout import MANIFEST, RunLayout
+    from coevolve.storage.manifest import Manifest
+    from coevolve.storage.store import RunStore
+
+    coevolve(config, run=run, rounds=rounds, overrides=overrides, root=str(root))
+    store = RunStore(RunLayout(root, run))
+    manifests = [Manifest.read(path) for path in store.layout.run_dir.glob(f"round=*/stage=*/{MANIFEST}")]
+    manifests = [m for m in manifests if m is not None and m.stage not in ("bootstrap", "baseline")]
+    start = store.completed(0, "rollout").started_at
+    end = max(m.started_at + m.seconds for m in manifests)
+    rewards = [store.completed(r, "rollout").outputs["mean_reward"] for r in range(rounds)]
+    return end - start, rewards
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argument_parser("staleness", __doc__)
+    parser.add_argument("config", nargs="?", default="test-tiny")
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--pairs", type=int, default=2, help="runs of each arm, alternating, seeds 0..pairs-1")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--note", default="")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    from coevolve.flows.prefect_api import prefect_api
+
+    root = Path(tempfile.mkdtemp(prefix="coevolve-staleness-"))
+    walls: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    curves: dict[str, list[list[float]]] = {arm: [] for arm in ARMS}
+    with prefect_api():  # a temporary server that ends with the benchmark, killed or not
+        for pair in range(args.pairs):
+            for arm, staleness in ARMS.items():
+                sets = [*args.overrides, f"run.seed={pair}", f"rollout.max_staleness={staleness}",
+                        f"train.vllm_importance_sampling_correction={str(bool(staleness)).lower()}"]
+                wall, rewards = run_arm(args.config, root, f"s{staleness}-seed{pair}", args.rounds, sets)
+                walls[arm].append(wall)
+                curves[arm].append(rewards)
+                print(f"pair {pair} {arm}: {wall:.1f} s for {args.rounds} rounds; rollout reward per round "
+                      f"{', '.join(f'{r:.3f}' for r in rewards)}", flush=True)
+    record_result("staleness", figures(walls, curves, args.rounds), command=command_line("staleness", argv),
+                  note=args.note)  # fmt: skip
+
+
+def figures(walls: dict[str, list[float]], curves: dict[str, list[list[float]]], rounds: int) -> dict:
+    """Rounds per hour of each arm (all its rounds over all its wall time), the ratio, each pair's ratio
+    (spread), and each arm's mean rollout reward per round over the seeds."""
+    out, rate = {}, {}
+    for arm, seconds in walls.items():
+        rate[arm] = 3600 * rounds * len(seconds) / sum(seconds)
+        out[f"{arm} rounds/hour"] = figure(round(rate[arm], 1), "rounds/h")
+    stale, sync = walls["staleness 1"], walls["synchronous"]
+    out["staleness 1 x synchronous"] = figure(round(rate["staleness 1"] / rate["synchronous"], 3), "x")
+    pair_ratios = [a / b for a, b in zip(sync, stale, strict=True)]
+    out["per-pair ratio, lowest"] = figure(round(min(pair_ratios), 3), "x")
+    out["per-pair ratio, highest"] = figure(round(max(pair_ratios), 3), "x")
+    for arm, runs in curves.items():
+        for r in range(rounds):
+            out[f"{arm} reward round {r}"] = figure(round(statistics.fmean(run[r] for run in runs), 4), "")
+    return out
+
+
+if __name__ == "__main__":
+    main()
