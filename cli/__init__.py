@@ -89,7 +89,7 @@ def run(
         if dry_run:
             from coevolve.flows.dry_run import dry_run as plan
 
-            return typer.echo(plan(spec.config, spec.root))
+            return typer.echo(plan(spec.config, spec.root, run=spec.run, rounds=rounds, more=more))
         ctx = spec.context()
         total = rounds_to_run(ctx, rounds, more)
         if not force and all_cached(ctx, total):

@@ -7,6 +7,11 @@ tokens) and every setting that differs from the paper's or extends it, each labe
 (`coevolve.config.paper`, the table docs/reproduce.md renders), so a GPU user knows what a match with the
 paper's numbers would mean. Last, what this machine lacks that the run needs where it runs (`flows.preflight`:
 a model, device or storage root that cannot work is refused; one that is only absent here is a warning).
+
+Of a run that has begun (`coevolve run --run NAME --dry-run`, with `--rounds` or `--more` as the run would get
+them) it plans the rounds the run would cover (`flows.runs.rounds_to_run`: never fewer than it completed nor
+than its last stale stage, whatever the saved `run.rounds`), and says how many it completed, which stale
+stages it recomputes and which rounds it adds.
 """
 
 from __future__ import annotations
@@ -36,23 +41,28 @@ EXTENSIONS: dict[str, tuple[Any, str]] = {
 """The extensions with a plain value that turns each off (`coevolve.config.paper`, the one table)."""
 
 
-def dry_run(config: CoevolveConfig, root: Path | None = None) -> str:
-    """The plan of a run of `config` under storage root `root`, validated (`ConfigError` naming the field
-    otherwise), with what this machine lacks that the run would need (`flows.preflight`)."""
+def dry_run(config: CoevolveConfig, root: Path | None = None, *, run: str | None = None, rounds: int | None = None,
+            more: int | None = None) -> str:  # fmt: skip
+    """The plan of run `run` (default `run.name`) of `config` under storage root `root`, validated
+    (`ConfigError` naming the field otherwise), with what this machine lacks that the run would need
+    (`flows.preflight`). `rounds` (the total) or `more` (beyond the completed ones) as `coevolve run` takes
+    them; an existing run under `root` is planned as continuing (`RunError` for a bad `rounds`/`more`)."""
     from coevolve.flows.preflight import preflight
     from coevolve.flows.validate import check_run_config
 
     check_run_config(config)
     warnings = preflight(config, root)
-    lines = [f"run {config.run.name}: {config.run.rounds} rounds, policy {config.model.name} on {config.env.name}"]
-    evolving = [r for r in range(config.run.rounds) if evolves(config, r)]
+    name = run or config.run.name
+    total, progress = _covered(config, root, name, rounds, more)
+    lines = [f"run {name}: {total} rounds, policy {config.model.name} on {config.env.name}", *progress]
+    evolving = [r for r in range(total) if evolves(config, r)]
     lines.append(f"  data evolution after rounds: {', '.join(map(str, evolving)) or 'none (plain GRPO)'}")
     lines.append(f"  D_0: {_d0(config)}")
     sizes, unlisted = _split_sizes(config)
     warnings += [unlisted] if unlisted else []
     shown = ", ".join(f"{s} ({sizes.get(s, '?')} tasks)" for s in config.eval.splits) or "none"
     lines.append(f"  held out: {shown}; every {config.eval.every} rounds{', baseline first' if config.eval.baseline else ''}")
-    lines += [f"  budget: {line}" for line in _budget(config, sizes)]
+    lines += [f"  budget: {line}" for line in _budget(config, sizes, total)]
     found = sorted(differences(config), key=lambda d: not d.setting.stated)  # stated values first
     deviations = [d.line() for d in found if d.setting.label == "deviation"]
     extensions = [d.line() for d in found if d.setting.label == "extension"]
@@ -60,6 +70,33 @@ def dry_run(config: CoevolveConfig, root: Path | None = None) -> str:
     lines += ["  extensions (not in the paper):", *(f"    {e}" for e in extensions or ["none"])]
     lines += ["  warnings (not here, needed where the run runs):", *(f"    {w}" for w in warnings)] if warnings else []
     return "\n".join(lines)
+
+
+def _covered(config: CoevolveConfig, root: Path | None, run: str, rounds: int | None,
+             more: int | None) -> tuple[int, list[str]]:  # fmt: skip
+    """The total rounds `coevolve run` would take the run to (`flows.runs.rounds_to_run`), and for a run that
+    has completed rounds a line saying what that continues: the stale stages it recomputes, the rounds it
+    adds. Without a storage root: `rounds`, else `run.rounds`."""
+    if root is None:
+        return rounds or config.run.rounds, []
+    from coevolve.flows.runs import completed_rounds, rounds_to_run
+    from coevolve.stages.run_context import open_run
+    from coevolve.storage.staleness import stale_stages
+
+    ctx = open_run(config, run, root, quiet=True)
+    total, done = rounds_to_run(ctx, rounds, more), completed_rounds(ctx)
+    if not done:
+        return total, []
+    stale = [(stage, round_) for stage, round_, _ in stale_stages(ctx.store.layout.run_dir)]
+    covered = [s for s in stale if s[1] < total]
+    line = f"  continues: {done} round{'s' if done != 1 else ''} completed"
+    if covered:
+        first = min(round_ for _, round_ in covered)
+        line += f"; recomputes {len(covered)} stale stage{'s' if len(covered) != 1 else ''} from round {first}"
+    if len(covered) < len(stale):
+        line += f"; {len(stale) - len(covered)} stale stages of rounds >= {total} stay stale"
+    new = f"round {done}" if total == done + 1 else f"rounds {done}..{total - 1}"
+    return total, [line + (f"; adds {new}" if total > done else "; adds no round")]
 
 
 def _d0(config: CoevolveConfig) -> str:
@@ -90,8 +127,8 @@ def _split_sizes(config: CoevolveConfig) -> tuple[dict[str, int], str | None]:
     return {split: min(n, cap) if cap else n for split, n in sizes.items()}, None
 
 
-def _budget(config: CoevolveConfig, sizes: dict[str, int]) -> list[str]:
-    rounds, rollout, train, evaluation = config.run.rounds, config.rollout, config.train, config.eval
+def _budget(config: CoevolveConfig, sizes: dict[str, int], rounds: int) -> list[str]:
+    rollout, train, evaluation = config.rollout, config.train, config.eval
     episodes = rounds * rollout.tasks_per_round * rollout.k
     tokens = episodes * rollout.max_replies * rollout.max_new_tokens
     evaluations = (sum(1 for r in range(rounds) if evaluation.every and (r + 1) % evaluation.every == 0)
