@@ -70,9 +70,13 @@ def stage_task(stage: StageDef, ctx: RunContext, round_: int, force: bool = Fals
 def run_stage_in_flow(stage: StageDef, ctx: RunContext, round_: int, *, force: bool = False) -> StageRecord:
     """`stage` as a Prefect task named after it, tagged with the run and the round; its record (a cached
     stage's too: its `Cached` state holds it)."""
-    tagged = stage_task.with_options(name=stage.name, task_run_name=f"{stage.name}[{round_}]",
-                                     tags=[f"run:{ctx.run}", f"round:{round_}", "coevolve"])  # fmt: skip
-    return tagged(stage, ctx, round_, force=force, return_state=True).result()
+    return tagged_task(stage, ctx, round_)(stage, ctx, round_, force=force, return_state=True).result()
+
+
+def tagged_task(stage: StageDef, ctx: RunContext, round_: int, *tags: str) -> Any:
+    """`stage_task` named after `stage` and the round, tagged with the run, the round and `tags`."""
+    return stage_task.with_options(name=stage.name, task_run_name=f"{stage.name}[{round_}]",
+                                   tags=[f"run:{ctx.run}", f"round:{round_}", "coevolve", *tags])  # fmt: skip
 
 
 def save_resolved_config(ctx: RunContext) -> None:
@@ -129,9 +133,8 @@ class RolloutAhead:
 
         threads = torch.get_num_threads()
         share = max(1, threads // 2)
-        tagged = stage_task.with_options(name="rollout", task_run_name=f"rollout[{round_}]",
-                                         tags=[f"run:{ctx.run}", f"round:{round_}", "coevolve", "ahead"])  # fmt: skip
-        future = tagged.submit(get_stage("rollout"), ctx, round_, force=force, threads=share)
+        rollout = get_stage("rollout")
+        future = tagged_task(rollout, ctx, round_, "ahead").submit(rollout, ctx, round_, force=force, threads=share)
         torch.set_num_threads(max(1, threads - share))
         return cls(future, threads)
 

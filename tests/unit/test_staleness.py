@@ -14,7 +14,6 @@ from coevolve.stages.plan import rollout_ahead_beside
 from coevolve.stages.rollout.stage import POLICY, ROLLOUT
 from tests.conftest import CONFIGS, fake_context
 
-
 STALE = ("rollout.max_staleness=1", "train.vllm_importance_sampling_correction=true")
 
 
