@@ -1,7 +1,9 @@
 """The multi-turn agent loop: run many episodes at once with one engine, token-in/token-out.
 
 Every live episode's context is a list of token ids. At each generation step all live episodes are sent
-to the engine together (the engine sub-batches them); each reply's exact sampled ids are appended with
+to the engine together (the engine sub-batches them), or, to an engine that serves requests independently
+(`independent_requests`: a server batching continuously), each episode sends its next request as soon as its
+own reply is stepped; each reply's exact sampled ids are appended with
 loss mask 1 and the sampler's log-probs, then the environment's answer (tool results, next user turn) is
 appended as template tokens with mask 0. Nothing is ever re-tokenised for training.
 
@@ -14,9 +16,11 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import threading
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from coevolve.envs.base import Environment, Evaluation, StepResult, Task
@@ -82,6 +86,8 @@ def run_episodes(
     its KV cache between replies, so this bounds memory; a waiting job starts as soon as one ends."""
     if max_live is not None and max_live < 1:
         raise ValueError(f"max_live must be >= 1, got {max_live}")
+    if getattr(engine, "independent_requests", False):
+        return _run_each(engine, chat, make_env, jobs, sampling, limits, seed, max_live, progress)
     episodes: list[Episode] = []
     waiting = iter(jobs)
     live: list[Episode] = []
@@ -111,6 +117,32 @@ def run_episodes(
         live[:] = [ep for ep in live if not ep.finish]
         admit()
     return episodes
+
+
+def _run_each(engine: Engine, chat: ChatFormat, make_env: Callable[[], Environment], jobs: list[tuple[Task, int]],
+              sampling: SamplingParams, limits: EpisodeLimits, seed: int, max_live: int | None,
+              progress: Callable[[int], None] | None) -> list[Episode]:  # fmt: skip
+    """Each episode on its own: its next request goes out as soon as its own reply is stepped, not when the
+    step's slowest reply is in, so a server that batches requests continuously (`independent_requests`:
+    vLLM behind `OpenAIEngine`) keeps every live episode in its batch. Job i samples with seed + i, as
+    prompt i of a batched call does."""
+    lock = threading.Lock()
+
+    def one(index: int, job: tuple[Task, int]) -> Episode:
+        ep = _start(job[0], job[1], make_env, chat, seed)
+        own = sampling if sampling.seed is None else replace(sampling, seed=sampling.seed + index)
+        while not ep.finish:
+            completion = engine.generate([ep.input_ids], own, sessions=[ep.session])[0]
+            _advance(ep, completion, _step_all([ep.env], [completion.text])[0], chat, sampling, limits)
+        engine.end_sessions([ep.session])
+        _close(ep)
+        with lock:
+            if progress:
+                progress(1)
+        return ep
+
+    with ThreadPoolExecutor(max_workers=max(1, min(max_live or len(jobs), len(jobs)))) as pool:
+        return list(pool.map(one, range(len(jobs)), jobs))
 
 
 def _end(ep: Episode, progress: Callable[[int], None] | None) -> None:

@@ -12,6 +12,10 @@ that are not a JSON object, with exponential backoff; other 4xx fail at once wit
   local one) the prompt is decoded to text by the local `tokenizer` and the reply re-encoded with it;
   log-probs are then zeros, good for exploration episodes, never for training.
 
+The episode loop drives each episode on its own against this engine (`independent_requests`): an episode's
+next request goes out as soon as its reply is stepped, so vLLM's continuous batching keeps every live
+episode in its batch instead of waiting, turn after turn, for the turn's slowest reply.
+
 Several servers (`base_url` a list) are used round-robin; a server that fails a request (connection
 error, timeout, retryable status) is set aside and the request goes to the next one; set-aside servers are
 probed again (`GET /models`) at the start of every `generate` call. Prompts of one call are sent
@@ -61,6 +65,10 @@ TOKEN_PREFIX = "token_id:"
 
 class OpenAIEngine:
     """OpenAI-compatible chat and completions client behind the `Engine` protocol."""
+
+    independent_requests = True
+    """Requests are served one by one as they come (a server batches them continuously), so the episode loop
+    sends each episode's next request as soon as its own reply is in (`agents.episodes.run_episodes`)."""
 
     def __init__(
         self,
