@@ -3,13 +3,17 @@ time one weight sync takes (full weights and a LoRA adapter).
 
     coevolve bench vllm-rollout                                    # configs/toolworld-smollm2.yaml (plain GRPO), 2 rounds
     coevolve bench vllm-rollout --rounds 3 --syncs 5
+    coevolve bench vllm-rollout --repeats 2 --set eval.max_tasks=8 --note "a shared machine"
 
-Runs `coevolve run CONFIG` twice in a fresh storage root, the same config both times: in process (the
+Runs `coevolve run CONFIG` in a fresh storage root, the same config every time: in process (the
 transformers engine), and with `model.servers` pointing at a vLLM server started for it (the command
 `coevolve engine serve` runs; that config trains all weights, so each update's checkpoint is reloaded in
-place). From the runs' manifests: the rollout stage's generated tokens per second in every round, and
-each round's wall time (first stage start to last stage end; round 0 holds the baseline evaluation too).
-The served run pays for its weight syncs inside its rounds.
+place), `--repeats` times each, the two arms alternating (in process first, then served, served, in
+process, ...: a load that drifts over the run weighs on both alike). From the runs' manifests: the rollout
+stage's generated tokens per second in every round, and each round's wall time (first stage start to last
+stage end; round 0 holds the baseline evaluation too), each the mean over the repeats. The served run pays
+for its weight syncs inside its rounds. From the server's own counters (`/metrics`) over a served run:
+the prefix-cache hit rate and the mean tokens per engine step (how full its batches were).
 
 Then the sync itself, repeated `--syncs` times on an idle server: the full-weight reload of the run's
 checkpoints (pause, reload, prefix-cache reset, resume), and, on a second server started with LoRA on, the
@@ -29,6 +33,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from coevolve.benchmarks.record import command_line, figure, record_result
 from coevolve.benchmarks.suite import argument_parser
@@ -57,6 +62,23 @@ def run_demo(config: str, root: Path, run: str, rounds: int, overrides: list[str
     subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
     print(f"  {run}: {time.perf_counter() - started:.0f} s in all", flush=True)
     return round_figures(root / f"run={run}")
+
+
+COUNTERS = ("prefix_cache_queries_total", "prefix_cache_hits_total", "iteration_tokens_total_sum",
+            "iteration_tokens_total_count")  # fmt: skip
+"""The server's Prometheus counters read around a served run (vLLM's names without the `vllm:` prefix)."""
+
+
+def server_counters(url: str) -> dict[str, float]:
+    """The `COUNTERS` of the server at `url` (`GET /metrics`), each summed over its label sets."""
+    import re
+
+    from coevolve.loopback import http_client
+
+    with http_client(url, timeout=10) as client:
+        text = client.get(url.removesuffix("/v1") + "/metrics").text
+    return {name: sum(float(v) for v in re.findall(rf"^vllm:{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+            for name in COUNTERS}  # fmt: skip
 
 
 def time_syncs(url: str, model: str, directories: list[Path], syncs: int) -> list[float]:
@@ -92,6 +114,40 @@ def lora_adapter(model_name: str, rank: int, directory: Path) -> Path:
     return directory
 
 
+def time_both_syncs(args: Any, config: Any, url: str, work: Path) -> dict[str, dict]:
+    """The figures of `args.syncs` full-weight syncs of the last served run's checkpoints, and as many LoRA
+    hot-loads, each on an idle server of its own."""
+    from coevolve.config import load_config
+    from coevolve.llm.vllm_server import policy_server
+
+    with policy_server(config, log=work / "full.log") as full_ready:
+        last = max(i for i, arm in enumerate(alternating(args.repeats)) if arm == "served")
+        checkpoints = sorted((work / f"run=served-{last}" / "checkpoints").glob("round=*"))
+        full = time_syncs(url, config.model.name, checkpoints[-2:], args.syncs)
+    lora = load_config(Path(args.config), [*args.overrides, f"model.servers=[{url}]",
+                                           f"train.lora_rank={args.lora_rank}"])  # fmt: skip
+    adapter = lora_adapter(config.model.name, args.lora_rank, work / "adapter")
+    with policy_server(lora, log=work / "lora.log") as lora_ready:
+        hot = time_syncs(url, config.model.name, [adapter], args.syncs)
+    return {"full-weight sync (mean)": figure(sum(full) / len(full), "s"), "full-weight sync (max)": figure(max(full), "s"),
+            f"LoRA rank {args.lora_rank} hot-load (mean)": figure(sum(hot) / len(hot), "s"),
+            f"LoRA rank {args.lora_rank} hot-load (max)": figure(max(hot), "s"),
+            "server start to first answer (full-weight server)": figure(full_ready, "s"),
+            "server start to first answer (LoRA server)": figure(lora_ready, "s")}  # fmt: skip
+
+
+def mean_rounds(runs: list[dict[int, dict[str, float]]]) -> dict[int, dict[str, float]]:
+    """Per round, the mean of each figure over `runs` (the rounds all of them have)."""
+    rounds = set.intersection(*(set(r) for r in runs))
+    return {r: {k: sum(run[r][k] for run in runs) / len(runs) for k in ("tokens_per_second", "wall_s")}
+            for r in sorted(rounds)}  # fmt: skip
+
+
+def alternating(repeats: int) -> list[str]:
+    """The arms' order: in process, served, served, in process, ... (`repeats` of each)."""
+    return [arm for i in range(repeats) for arm in (("local", "served") if i % 2 == 0 else ("served", "local"))]
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     from coevolve.config import load_config
     from coevolve.llm.vllm_server import policy_server
@@ -99,28 +155,37 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argument_parser("vllm-rollout", __doc__)
     parser.add_argument("--config", default="configs/toolworld-smollm2.yaml")
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--syncs", type=int, default=3, help="timed weight syncs of each kind")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each arm, alternating")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+                        help="a config override for both arms (repeatable)")
+    parser.add_argument("--syncs", type=int, default=3, help="timed weight syncs of each kind (0: none)")
     parser.add_argument("--lora-rank", type=int, default=8)
+    parser.add_argument("--note", default="", help="added to the recorded note (e.g. what else the machine ran)")
     args = parser.parse_args(argv)
     load_start = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="vllm-rollout-"))
     print(f"storage root and server logs: {work}", flush=True)
     url = f"http://127.0.0.1:{free_port()}/v1"
-    served = [f"model.servers=[{url}]", "train.lora_rank=0"]
+    served = [*args.overrides, f"model.servers=[{url}]", "train.lora_rank=0"]
     config = load_config(Path(args.config), served)
 
-    print("in process", flush=True)
-    local = run_demo(args.config, work, "in-process", args.rounds, [])
-    print("served by vLLM", flush=True)
-    with policy_server(config, log=work / "full.log") as full_ready:
-        remote = run_demo(args.config, work, "served", args.rounds, served)
-        checkpoints = sorted((work / "run=served" / "checkpoints").glob("round=*"))
-        full_syncs = time_syncs(url, config.model.name, checkpoints[-2:], args.syncs)
-    lora = load_config(Path(args.config), [f"model.servers=[{url}]", f"train.lora_rank={args.lora_rank}"])
-    adapter = lora_adapter(config.model.name, args.lora_rank, work / "adapter")
-    with policy_server(lora, log=work / "lora.log") as lora_ready:
-        lora_syncs = time_syncs(url, config.model.name, [adapter], args.syncs)
+    runs: dict[str, list] = {"local": [], "served": []}
+    counters: list[dict[str, float]] = []
+    for i, arm in enumerate(alternating(args.repeats)):
+        name = f"{arm}-{i}"
+        if arm == "local":
+            print("in process", flush=True)
+            runs["local"].append(run_demo(args.config, work, name, args.rounds, args.overrides))
+            continue
+        print("served by vLLM", flush=True)
+        with policy_server(config, log=work / f"{name}.log") as ready:
+            before = server_counters(url)
+            runs["served"].append(run_demo(args.config, work, name, args.rounds, served))
+            after = server_counters(url)
+            counters.append({k: after[k] - before[k] for k in COUNTERS} | {"ready": ready})
+    syncs = time_both_syncs(args, config, url, work) if args.syncs else {}
 
+    local, remote = mean_rounds(runs["local"]), mean_rounds(runs["served"])
     figures = {}
     for r in sorted(local):
         a, b = local[r], remote[r]
@@ -129,19 +194,23 @@ def main(argv: Sequence[str] | None = None) -> None:
                     f"round {r} rollout speed, vLLM / in process": figure(b["tokens_per_second"] / a["tokens_per_second"], "x"),
                     f"round {r} wall time, in process": figure(a["wall_s"], "s"),
                     f"round {r} wall time, vLLM server": figure(b["wall_s"], "s"),
-                    f"round {r} wall time, vLLM / in process": figure(b["wall_s"] / a["wall_s"], "x")}  # fmt: skip
-    figures |= {"full-weight sync (mean)": figure(sum(full_syncs) / len(full_syncs), "s"),
-                "full-weight sync (max)": figure(max(full_syncs), "s"),
-                f"LoRA rank {args.lora_rank} hot-load (mean)": figure(sum(lora_syncs) / len(lora_syncs), "s"),
-                f"LoRA rank {args.lora_rank} hot-load (max)": figure(max(lora_syncs), "s"),
-                "server start to first answer (full-weight server)": figure(full_ready, "s"),
-                "server start to first answer (LoRA server)": figure(lora_ready, "s"),
+                    f"round {r} wall time, in process / vLLM": figure(a["wall_s"] / b["wall_s"], "x")}  # fmt: skip
+    total = {k: sum(c[k] for c in counters) for k in COUNTERS}
+    figures |= {"prefix-cache hit rate (served runs)": figure(100 * total["prefix_cache_hits_total"]
+                                                              / max(1.0, total["prefix_cache_queries_total"]), "%"),
+                "tokens per engine step (served runs, mean)": figure(total["iteration_tokens_total_sum"]
+                                                                     / max(1.0, total["iteration_tokens_total_count"]), ""),
+                "server start to first answer (served runs, mean)": figure(
+                    sum(c["ready"] for c in counters) / len(counters), "s"),
+                **syncs,
                 "load average (1 min) at the start": figure(load_start, ""),
                 "load average (1 min) at the end": figure(os.getloadavg()[0], "")}  # fmt: skip
     for name, value in figures.items():
         print(f"{name:<55} {value['value']:>10} {value['unit']}")
-    note = (f"{args.config}, {args.rounds} rounds in process and with model.servers (vLLM 0.32 CPU build, "
-            "float32, eager, one engine thread); full weights synced after every update")
+    overrides = f" ({', '.join(args.overrides)})" if args.overrides else ""
+    note = (f"{args.config}{overrides}, {args.rounds} rounds in process and with model.servers, {args.repeats} "
+            "run(s) of each, alternating (vLLM 0.32 CPU build, float32, eager); full weights synced after every "
+            "update" + (f"; {args.note}" if args.note else ""))  # fmt: skip
     record_result("vllm-rollout", figures, command=command_line("vllm-rollout", argv), note=note)
 
 
