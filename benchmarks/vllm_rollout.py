@@ -70,13 +70,17 @@ COUNTERS = ("prefix_cache_queries_total", "prefix_cache_hits_total", "iteration_
 
 
 def server_counters(url: str) -> dict[str, float]:
-    """The `COUNTERS` of the server at `url` (`GET /metrics`), each summed over its label sets."""
-    import re
-
+    """The `COUNTERS` of the server at `url` (`GET /metrics`)."""
     from coevolve.loopback import http_client
 
     with http_client(url, timeout=10) as client:
-        text = client.get(url.removesuffix("/v1") + "/metrics").text
+        return parse_counters(client.get(url.removesuffix("/v1") + "/metrics").text)
+
+
+def parse_counters(text: str) -> dict[str, float]:
+    """The `COUNTERS` in Prometheus text, each summed over its label sets (0 where absent)."""
+    import re
+
     return {name: sum(float(v) for v in re.findall(rf"^vllm:{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
             for name in COUNTERS}  # fmt: skip
 
