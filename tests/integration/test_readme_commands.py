@@ -68,7 +68,8 @@ def only_the_rollout_differs(r: Ran) -> bool:
 EXPECTED: list[tuple[str, int, Callable[[Ran], bool]]] = [
     # (regex the line starts with, exit status, what its comment promises)
     (r"coevolve run .*--more 1", 0, lambda r: "round 2 |" in r.out),
-    (r"coevolve fork ", 0, lambda r: f"run '{r.run}-more': " in r.out and "round 0: rollout" in r.out),
+    (r"coevolve fork ", 0, lambda r: f"run '{r.run}-more': " in r.out and "round 0: rollout" in r.out
+     and "round 0 grpo_update: recomputed, its checkpoint (checkpoints/round=0) was pruned" in r.out),
     (r"coevolve evolution ", 0, lambda r: "one admitted task" in r.out and "coevolve sql" in r.out),
     (r"coevolve eval .*--env-seed 9001", 0, lambda r: "env seed 9001)" in r.out),
     (r"coevolve eval .*--env bfcl", 0, lambda r: "of 20 tasks" in r.out and ", bfcl)" in r.out),
