@@ -72,9 +72,11 @@ def signal_trajectory(reader: RunsReader, run: str, signal: dict[str, Any] | Non
     ids), `{"trajectory": None, "why": ...}` naming the signal's stale stage. None without a signal."""
     if signal is None:
         return None
-    trajectory = reader.one("SELECT trajectory_id, round, stage, source, reward, success, finish FROM trajectories "
-                            "WHERE run = ? AND round = ? AND trajectory_id = ? LIMIT 1",
-                            [run, signal["trajectory_round"], signal["trajectory_id"]]) if reader.has("trajectories") else None  # fmt: skip
+    trajectory = None
+    if reader.has("trajectories"):
+        trajectory = reader.one("""SELECT trajectory_id, round, stage, source, reward, success, finish FROM trajectories
+                                   WHERE run = ? AND round = ? AND trajectory_id = ? LIMIT 1""",
+                                [run, signal["trajectory_round"], signal["trajectory_id"]])  # fmt: skip
     if trajectory is not None:
         return {"trajectory": trajectory, "why": None}
     stale = {(s["round"], s["stage"]): s["why"] for s in reader.stale(run)}

@@ -61,3 +61,21 @@ def test_a_fork_refuses_an_id_it_cannot_derive(tmp_path):
     store, manifest = _stored(tmp_path / "x", [{"trajectory_id": "not-derivable", **row()}])
     with pytest.raises(ArtifactError, match="trajectory not-derivable .* does not have a derivable id"):
         _id_map(store, 0, "rollout", manifest, "dst")
+
+
+def test_the_task_page_says_when_a_signals_episode_is_gone_and_why(tmp_path):
+    from coevolve.storage.manifest import InputRef
+    from coevolve.ui.lineage import signal_trajectory
+    from coevolve.ui.reader import RunsReader
+
+    kept = trajectory_id("src", 0, row())
+    store, _ = _stored(tmp_path, [{"trajectory_id": kept, **row()}])
+    signals = Manifest("signals", "src", 0, "key", 1, read_from=[InputRef(0, "rollout", "artifacts.trajectories", "x")])
+    store.write_manifest(signals.finish())  # it read trajectories the rollout has rewritten since
+    reader = RunsReader(tmp_path)
+    signal = {"trajectory_id": kept, "trajectory_round": 0, "round": 0, "stage": "signals"}
+    assert signal_trajectory(reader, "src", signal)["trajectory"]["trajectory_id"] == kept
+    gone = signal_trajectory(reader, "src", {**signal, "trajectory_id": trajectory_id("src", 0, row(reward=0.0))})
+    assert gone["trajectory"] is None
+    assert gone["why"] == ("not in the run any more: its stage was re-run with other episodes, so round 0 signals "
+                           "is stale (reads round 0 rollout's trajectories, rewritten since it ran)")  # fmt: skip
