@@ -223,6 +223,36 @@ class OpenEnvEnv(Environment, TaskSynthesis):
 
     # -- synthesized tasks -------------------------------------------------------------------------
 
+    def offers(self, role: type) -> bool:
+        """`TaskSynthesis` only where the environment can score a final state (`synthesis_refusal`)."""
+        if role is TaskSynthesis and self.synthesis_refusal() is not None:
+            return False
+        return super().offers(role)
+
+    def synthesis_refusal(self) -> str | None:
+        """One line saying why the environment cannot verify a synthesized task; None where it can. An
+        in-process environment with neither a rubric nor `verify` scores no final state; a harness session
+        always has `verify`; a served one is known only by its replies (a replay whose episode reports no
+        reward is refused, `_replayed`)."""
+        factory = self._factory
+        if factory is None or not callable(factory) or (not isinstance(factory, type) and hasattr(factory, "create")):
+            return None
+        from openenv.core.harness import ResourceSessionFactory
+
+        if isinstance(factory, type) and issubclass(factory, ResourceSessionFactory):
+            return None
+        if not hasattr(self, "_scores_state"):
+            instance = factory()
+            try:
+                self._scores_state = getattr(instance, "rubric", None) is not None or callable(
+                    getattr(instance, "verify", None))
+            finally:
+                instance.close()
+        if self._scores_state:
+            return None
+        return (f"{self.options.environment} has neither a rubric nor verify: it scores no final state, so it "
+                "cannot verify a synthesized task (TaskSynthesis not offered)")
+
     def derive_checker(
         self,
         initial_state: dict[str, Any],
@@ -261,6 +291,9 @@ class OpenEnvEnv(Environment, TaskSynthesis):
                     raise ValueError(f"{call.name} failed: {outcome.error}")
                 transcript.append({"role": "tool", "content": outcome.text})
             reward = session.reward(transcript)
+            if reward is None and strict:
+                raise ValueError("the environment reported no reward for the episode (no rubric, no verify): it "
+                                 "cannot verify a synthesized task")  # fmt: skip
             return 0.0 if reward is None else reward
         finally:
             session.close()
