@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo notebook test test-fast lint venv clean vllm-env
+.PHONY: demo notebook test test-fast lint venv clean vllm-env verifiers-env
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -58,6 +58,18 @@ $(VLLM_STAMP):
 	touch $(VLLM_STAMP)
 
 vllm-env: $(VLLM_STAMP)
+
+# verifiers v1 for `envs/verifiers` (its own venv: verifiers 0.4.0 pins mcp==2.0.0, OpenEnv needs mcp<2; the
+# adapter runs envs/verifiers/bridge.py in it as a child process, docs/openenv.md)
+VERIFIERS_VENV := .venv-verifiers
+VERIFIERS_STAMP := $(VERIFIERS_VENV)/.installed
+
+$(VERIFIERS_STAMP):
+	test -x $(VERIFIERS_VENV)/bin/python || $(PY) -m venv $(VERIFIERS_VENV)
+	$(VERIFIERS_VENV)/bin/pip install -q verifiers==0.4.0
+	touch $(VERIFIERS_STAMP)
+
+verifiers-env: $(VERIFIERS_STAMP)
 
 clean:
 	rm -rf $(VENV) runs

