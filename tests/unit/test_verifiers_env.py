@@ -21,7 +21,7 @@ from coevolve.stages.verify.checks import check_candidate  # noqa: E402
 from coevolve.stages.verify.contamination import HeldOut  # noqa: E402
 from coevolve.stages.verify.settings import VerifySettings  # noqa: E402
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # each bridge start imports verifiers (~15 s)
 
 TASKSET = "stock_taskset:StockTaskset"
 
