@@ -12,8 +12,9 @@ on both arms alike. Both arms draw the same tasks and episodes per round (equal 
 A run's wall time is that of its rounds, from its round-0 rollout's start to the end of its last stage
 (bootstrap and baseline left out: they are the same in both arms), read from the stage manifests. Recorded in
 `benchmarks/results/staleness.jsonl`: rounds per hour of each arm (over all its runs), their ratio, the
-lowest and highest ratio of a pair, and each arm's learning curve: the rollout's mean reward per round,
-averaged over the seeds (with staleness the rollout of round r samples from an older policy).
+lowest and highest ratio of a pair, each arm's seconds per round in its rollouts and its updates (the two
+halves the overlap runs at once, each then with half the math threads), and each arm's learning curve: the
+rollout's mean reward per round, averaged over the seeds (with staleness round r samples an older policy).
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ ARMS = {"synchronous": 0, "staleness 1": 1}
 """Arm name -> `rollout.max_staleness`."""
 
 
-def run_arm(config: str, root: Path, run: str, rounds: int, overrides: list[str]) -> tuple[float, list[float]]:
-    """One fresh run of `config`: (wall seconds of its rounds, the rollout's mean reward per round)."""
+def run_arm(config: str, root: Path, run: str, rounds: int,
+            overrides: list[str]) -> tuple[float, list[float], dict[str, float]]:
+    """One fresh run of `config`: (wall seconds of its rounds, the rollout's mean reward per round, the
+    seconds of its rollouts and of its updates, summed)."""
     from coevolve.flows.coevolve import coevolve
     from coevolve.storage.layout import MANIFEST, RunLayout
     from coevolve.storage.manifest import Manifest
@@ -45,7 +48,8 @@ def run_arm(config: str, root: Path, run: str, rounds: int, overrides: list[str]
     start = store.completed(0, "rollout").started_at
     end = max(m.started_at + m.seconds for m in manifests)
     rewards = [store.completed(r, "rollout").outputs["mean_reward"] for r in range(rounds)]
-    return end - start, rewards
+    stages = {name: sum(m.seconds for m in manifests if m.stage == name) for name in ("rollout", "grpo_update")}
+    return end - start, rewards, stages
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -62,18 +66,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     root = Path(tempfile.mkdtemp(prefix="coevolve-staleness-"))
     walls: dict[str, list[float]] = {arm: [] for arm in ARMS}
     curves: dict[str, list[list[float]]] = {arm: [] for arm in ARMS}
+    stage_seconds: dict[str, dict[str, float]] = {arm: {"rollout": 0.0, "grpo_update": 0.0} for arm in ARMS}
     with prefect_api():  # a temporary server that ends with the benchmark, killed or not
         for pair in range(args.pairs):
             for arm, staleness in ARMS.items():
                 sets = [*args.overrides, f"run.seed={pair}", f"rollout.max_staleness={staleness}",
                         f"train.vllm_importance_sampling_correction={str(bool(staleness)).lower()}"]
-                wall, rewards = run_arm(args.config, root, f"s{staleness}-seed{pair}", args.rounds, sets)
+                run = f"s{staleness}-seed{pair}"
+                wall, rewards, stages = run_arm(args.config, root, run, args.rounds, sets)
                 walls[arm].append(wall)
+                stage_seconds[arm] = {k: v + stages[k] for k, v in stage_seconds[arm].items()}
                 curves[arm].append(rewards)
                 print(f"pair {pair} {arm}: {wall:.1f} s for {args.rounds} rounds; rollout reward per round "
                       f"{', '.join(f'{r:.3f}' for r in rewards)}", flush=True)
-    record_result("staleness", figures(walls, curves, args.rounds), command=command_line("staleness", argv),
-                  note=args.note)  # fmt: skip
+    arm_rounds = args.pairs * args.rounds
+    per_round = {f"{arm} {stage} s/round": figure(round(seconds / arm_rounds, 2), "s")
+                 for arm, by_stage in stage_seconds.items() for stage, seconds in by_stage.items()}  # fmt: skip
+    record_result("staleness", figures(walls, curves, args.rounds) | per_round,
+                  command=command_line("staleness", argv), note=args.note)  # fmt: skip
 
 
 def figures(walls: dict[str, list[float]], curves: dict[str, list[list[float]]], rounds: int) -> dict:

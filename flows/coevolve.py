@@ -29,7 +29,7 @@ from coevolve.flows.runs import RunError, RunSpec, load_saved_config, resolve_ru
 from coevolve.flows.summary import publish_round, round_line, round_metrics
 from coevolve.flows.tracking import track_rounds
 from coevolve.pipeline.context import RunContext
-from coevolve.pipeline.runner import StageRecord, run_stage
+from coevolve.pipeline.runner import StageRecord, is_cached, run_stage, stage_key
 from coevolve.pipeline.stage import StageDef
 from coevolve.stages.plan import rollout_ahead_beside, round_plan
 from coevolve.stages.run_context import open_run
@@ -120,7 +120,8 @@ class RolloutAhead:
     """Round r+1's rollout running in a task thread of the flow while round r's update computes in the flow's
     own thread. The two share the CPU's math threads: each sets its share with `torch.set_num_threads` (per
     thread under OpenMP), the rollout half (at least one), the update the rest, until the rollout is
-    awaited; then the flow's thread takes them all back."""
+    awaited; then the flow's thread takes them all back. The rollout's model is loaded before it is submitted
+    (building models in two threads at once is not safe)."""
 
     def __init__(self, future: Any, threads: int) -> None:
         self.future, self.threads = future, threads
@@ -134,7 +135,12 @@ class RolloutAhead:
         threads = torch.get_num_threads()
         share = max(1, threads // 2)
         rollout = get_stage("rollout")
-        future = tagged_task(rollout, ctx, round_, "ahead").submit(rollout, ctx, round_, force=force, threads=share)
+        if force or is_cached(rollout, ctx, round_, stage_key(rollout, ctx, round_)) is None:
+            # its model is built here, in the flow's thread: transformers patches torch's module construction
+            # while it builds one, so two models built at once (the update's, beside it) break each other
+            rollout.reads["policy"].load(ctx, round_)
+        task = tagged_task(rollout, ctx, round_, "ahead")
+        future = task.submit(rollout, ctx, round_, force=force, threads=share)
         torch.set_num_threads(max(1, threads - share))
         return cls(future, threads)
 
