@@ -1,20 +1,21 @@
 """Bounded staleness against synchronous rounds: rounds per hour at equal samples, in one process.
 
-    coevolve bench staleness                                   # test-tiny, 4 rounds, 2 pairs of runs
-    coevolve bench staleness configs/test-tiny.yaml --rounds 4 --pairs 3 --set eval.every=0
+    coevolve bench staleness                                   # test-tiny, 4 rounds, 2 sets of runs
+    coevolve bench staleness configs/test-tiny.yaml --rounds 3 --pairs 3 --set eval.every=0
 
-Runs the real `coevolve` Prefect flow on fresh runs of one config, alternating a synchronous run
-(`rollout.max_staleness: 0`) and a run with `rollout.max_staleness: 1` (round r+1's rollout beside round r's
-update, `flows.coevolve.RolloutAhead`), pair after pair, so a load that comes and goes on the machine falls
-on both arms alike. Both arms draw the same tasks and episodes per round (equal samples); pair i runs with
-`run.seed` i in both arms. The stale arm's update corrects for its older samples
-(`train.vllm_importance_sampling_correction: true`); the synchronous arm's is the on-policy one, uncorrected.
+Runs the real `coevolve` Prefect flow on fresh runs of one config, alternating (`ARMS`) a synchronous run
+(`rollout.max_staleness: 0`), a run with `rollout.max_staleness: 1` (round r+1's rollout beside round r's
+update, `flows.coevolve.RolloutAhead`) and a synchronous run on one math thread, set after set, so a load
+that comes and goes on the machine falls on every arm alike. Every arm draws the same tasks and episodes per
+round (equal samples); set i runs with `run.seed` i. The stale arm's update corrects for its older samples
+(`train.vllm_importance_sampling_correction: true`); the synchronous arms' is the on-policy one, uncorrected.
 A run's wall time is that of its rounds, from its round-0 rollout's start to the end of its last stage
-(bootstrap and baseline left out: they are the same in both arms), read from the stage manifests. Recorded in
-`benchmarks/results/staleness.jsonl`: rounds per hour of each arm (over all its runs), their ratio, the
-lowest and highest ratio of a pair, each arm's seconds per round in its rollouts and its updates (the two
-halves the overlap runs at once, each then with half the math threads), and each arm's learning curve: the
-rollout's mean reward per round, averaged over the seeds (with staleness round r samples an older policy).
+(bootstrap and baseline left out: the same in every arm), read from the stage manifests. Recorded in
+`benchmarks/results/staleness.jsonl`: rounds per hour of each arm (over all its runs), the stale arm's ratio
+to each synchronous one (over all runs, and its lowest and highest in a set), each arm's seconds per round
+in its rollouts and its updates (the two halves the overlap runs at once, each then on half the math
+threads), and each arm's learning curve: the rollout's mean reward per round, averaged over the seeds (with
+staleness round r samples an older policy).
 """
 
 from __future__ import annotations
@@ -22,14 +23,17 @@ from __future__ import annotations
 import os
 import statistics
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from coevolve.benchmarks.record import command_line, figure, record_result
 from coevolve.benchmarks.suite import argument_parser
 
-ARMS = {"synchronous": 0, "staleness 1": 1}
-"""Arm name -> `rollout.max_staleness`."""
+ARMS = {"synchronous": (0, 0), "staleness 1": (1, 0), "synchronous, 1 thread": (0, 1)}
+"""Arm name -> (`rollout.max_staleness`, torch math threads of the flow: 0 = as the process has them). The
+third arm runs the synchronous loop on the one thread each overlapped half gets, which tells the overlap's
+gain from what the thread count alone changes on a loaded machine."""
 
 
 def run_arm(config: str, root: Path, run: str, rounds: int,
@@ -56,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argument_parser("staleness", __doc__)
     parser.add_argument("config", nargs="?", default="test-tiny")
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--pairs", type=int, default=2, help="runs of each arm, alternating, seeds 0..pairs-1")
+    parser.add_argument("--pairs", type=int, default=2, help="sets of runs (one per arm, alternating), seeds 0..pairs-1")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--note", default="")
     args = parser.parse_args(argv)
@@ -69,11 +73,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     stage_seconds: dict[str, dict[str, float]] = {arm: {"rollout": 0.0, "grpo_update": 0.0} for arm in ARMS}
     with prefect_api():  # a temporary server that ends with the benchmark, killed or not
         for pair in range(args.pairs):
-            for arm, staleness in ARMS.items():
+            for arm, (staleness, threads) in ARMS.items():
                 sets = [*args.overrides, f"run.seed={pair}", f"rollout.max_staleness={staleness}",
                         f"train.vllm_importance_sampling_correction={str(bool(staleness)).lower()}"]
-                run = f"s{staleness}-seed{pair}"
-                wall, rewards, stages = run_arm(args.config, root, run, args.rounds, sets)
+                run = f"s{staleness}-t{threads}-seed{pair}"
+                with math_threads(threads):
+                    wall, rewards, stages = run_arm(args.config, root, run, args.rounds, sets)
                 walls[arm].append(wall)
                 stage_seconds[arm] = {k: v + stages[k] for k, v in stage_seconds[arm].items()}
                 curves[arm].append(rewards)
@@ -86,6 +91,19 @@ def main(argv: Sequence[str] | None = None) -> None:
                   command=command_line("staleness", argv), note=args.note)  # fmt: skip
 
 
+@contextmanager
+def math_threads(threads: int) -> Iterator[None]:
+    """torch's math threads of this thread set to `threads` (0: left as they are) while inside."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def figures(walls: dict[str, list[float]], curves: dict[str, list[list[float]]], rounds: int) -> dict:
     """Rounds per hour of each arm (all its rounds over all its wall time), the ratio, each pair's ratio
     (spread), and each arm's mean rollout reward per round over the seeds."""
@@ -93,11 +111,11 @@ def figures(walls: dict[str, list[float]], curves: dict[str, list[list[float]]],
     for arm, seconds in walls.items():
         rate[arm] = 3600 * rounds * len(seconds) / sum(seconds)
         out[f"{arm} rounds/hour"] = figure(round(rate[arm], 1), "rounds/h")
-    stale, sync = walls["staleness 1"], walls["synchronous"]
-    out["staleness 1 x synchronous"] = figure(round(rate["staleness 1"] / rate["synchronous"], 3), "x")
-    pair_ratios = [a / b for a, b in zip(sync, stale, strict=True)]
-    out["per-pair ratio, lowest"] = figure(round(min(pair_ratios), 3), "x")
-    out["per-pair ratio, highest"] = figure(round(max(pair_ratios), 3), "x")
+    for sync in ("synchronous", "synchronous, 1 thread"):
+        out[f"staleness 1 x {sync}"] = figure(round(rate["staleness 1"] / rate[sync], 3), "x")
+        pair_ratios = [a / b for a, b in zip(walls[sync], walls["staleness 1"], strict=True)]
+        out[f"staleness 1 x {sync}, lowest pair"] = figure(round(min(pair_ratios), 3), "x")
+        out[f"staleness 1 x {sync}, highest pair"] = figure(round(max(pair_ratios), 3), "x")
     for arm, runs in curves.items():
         for r in range(rounds):
             out[f"{arm} reward round {r}"] = figure(round(statistics.fmean(run[r] for run in runs), 4), "")
