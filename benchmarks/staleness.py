@@ -4,18 +4,18 @@
     coevolve bench staleness configs/test-tiny.yaml --rounds 3 --pairs 3 --set eval.every=0
 
 Runs the real `coevolve` Prefect flow on fresh runs of one config, alternating (`ARMS`) a synchronous run
-(`rollout.max_staleness: 0`), a run with `rollout.max_staleness: 1` (round r+1's rollout beside round r's
-update, `flows.coevolve.RolloutAhead`) and a synchronous run on one math thread, set after set, so a load
-that comes and goes on the machine falls on every arm alike. Every arm draws the same tasks and episodes per
-round (equal samples); set i runs with `run.seed` i. The stale arm's update corrects for its older samples
-(`train.vllm_importance_sampling_correction: true`); the synchronous arms' is the on-policy one, uncorrected.
-A run's wall time is that of its rounds, from its round-0 rollout's start to the end of its last stage
-(bootstrap and baseline left out: the same in every arm), read from the stage manifests. Recorded in
-`benchmarks/results/staleness.jsonl`: rounds per hour of each arm (over all its runs), the stale arm's ratio
-to each synchronous one (over all runs, and its lowest and highest in a set), each arm's seconds per round
-in its rollouts and its updates (the two halves the overlap runs at once, each then on half the math
-threads), and each arm's learning curve: the rollout's mean reward per round, averaged over the seeds (with
-staleness round r samples an older policy).
+(`rollout.max_staleness: 0`) and a run with `rollout.max_staleness: 1` (round r+1's rollout beside round r's
+update, `flows.coevolve.RolloutAhead`), each on the process's math threads and on one, set after set, so a
+load that comes and goes on the machine falls on every arm alike. Every arm draws the same tasks and
+episodes per round (equal samples); set i runs with `run.seed` i. The stale arms' updates correct for their
+older samples (`train.vllm_importance_sampling_correction: true`); the synchronous arms' are the on-policy
+ones, uncorrected. A run's wall time is that of its rounds, from its round-0 rollout's start to the end of
+its last stage (bootstrap and baseline left out: the same in every arm), read from the stage manifests.
+Recorded in `benchmarks/results/staleness.jsonl`: rounds per hour of each arm (over all its runs), each
+stale arm's ratio to the synchronous one on as many threads (over all runs, and the lowest and highest
+set), each arm's seconds per round in its rollouts and its updates (the two halves the overlap runs at
+once, each then on half the math threads), and each arm's learning curve: the rollout's mean reward per
+round, averaged over the seeds (with staleness round r samples an older policy).
 """
 
 from __future__ import annotations
@@ -30,10 +30,13 @@ from pathlib import Path
 from coevolve.benchmarks.record import command_line, figure, record_result
 from coevolve.benchmarks.suite import argument_parser
 
-ARMS = {"synchronous": (0, 0), "staleness 1": (1, 0), "synchronous, 1 thread": (0, 1)}
+ARMS = {"synchronous": (0, 0), "staleness 1": (1, 0), "synchronous, 1 thread": (0, 1),
+        "staleness 1, 1 thread": (1, 1)}  # fmt: skip
 """Arm name -> (`rollout.max_staleness`, torch math threads of the flow: 0 = as the process has them). The
-third arm runs the synchronous loop on the one thread each overlapped half gets, which tells the overlap's
-gain from what the thread count alone changes on a loaded machine."""
+one-thread arms give every op one thread, as each overlapped half gets: on a loaded machine the thread count
+alone changes the speed, and those two arms tell the overlap's gain apart from it."""
+COMPARED = (("staleness 1", "synchronous"), ("staleness 1, 1 thread", "synchronous, 1 thread"))
+"""(stale arm, synchronous arm) pairs whose ratio is recorded."""
 
 
 def run_arm(config: str, root: Path, run: str, rounds: int,
@@ -52,7 +55,8 @@ def run_arm(config: str, root: Path, run: str, rounds: int,
     start = store.completed(0, "rollout").started_at
     end = max(m.started_at + m.seconds for m in manifests)
     rewards = [store.completed(r, "rollout").outputs["mean_reward"] for r in range(rounds)]
-    stages = {name: sum(m.seconds for m in manifests if m.stage == name) for name in ("rollout", "grpo_update")}
+    stages = {name: sum(m.seconds for m in manifests if m.stage == name)
+              for name in ("rollout", "grpo_update")}  # fmt: skip
     return end - start, rewards, stages
 
 
@@ -60,7 +64,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argument_parser("staleness", __doc__)
     parser.add_argument("config", nargs="?", default="test-tiny")
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--pairs", type=int, default=2, help="sets of runs (one per arm, alternating), seeds 0..pairs-1")
+    parser.add_argument("--pairs", type=int, default=2, 
+                        help="sets of runs (one per arm, alternating), seeds 0..pairs-1")
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--note", default="")
     args = parser.parse_args(argv)
@@ -111,11 +116,11 @@ def figures(walls: dict[str, list[float]], curves: dict[str, list[list[float]]],
     for arm, seconds in walls.items():
         rate[arm] = 3600 * rounds * len(seconds) / sum(seconds)
         out[f"{arm} rounds/hour"] = figure(round(rate[arm], 1), "rounds/h")
-    for sync in ("synchronous", "synchronous, 1 thread"):
-        out[f"staleness 1 x {sync}"] = figure(round(rate["staleness 1"] / rate[sync], 3), "x")
-        pair_ratios = [a / b for a, b in zip(walls[sync], walls["staleness 1"], strict=True)]
-        out[f"staleness 1 x {sync}, lowest pair"] = figure(round(min(pair_ratios), 3), "x")
-        out[f"staleness 1 x {sync}, highest pair"] = figure(round(max(pair_ratios), 3), "x")
+    for stale, sync in COMPARED:
+        out[f"{stale} x {sync}"] = figure(round(rate[stale] / rate[sync], 3), "x")
+        pair_ratios = [a / b for a, b in zip(walls[sync], walls[stale], strict=True)]
+        out[f"{stale} x {sync}, lowest set"] = figure(round(min(pair_ratios), 3), "x")
+        out[f"{stale} x {sync}, highest set"] = figure(round(max(pair_ratios), 3), "x")
     for arm, runs in curves.items():
         for r in range(rounds):
             out[f"{arm} reward round {r}"] = figure(round(statistics.fmean(run[r] for run in runs), 4), "")
