@@ -3,7 +3,7 @@
     coevolve evolution --run demo
 
 Prints the signal mix, the explorations, the candidates by status and their verdicts per distinct solution
-(`flows.evolution_counts`, the same counts and labels as the round line), the tasks merged
+(`coevolve.contracts.counts`, the same counts and labels as the round line), the tasks merged
 into the dataset, how the rollouts of later rounds did on them, one admitted task (its query, solution and
 verdict) and the SQL that follows that task back to the signal it came from, ready for `coevolve sql`.
 Read through the DuckDB views only.
@@ -80,7 +80,7 @@ def evolution_report(root: Path, run: str) -> list[str]:
 def candidate_lines(rows: Any, verified: bool) -> list[str]:
     """The run's candidates and verdicts per distinct solution, labelled as the round line labels them, then
     the wordings verification checked (its rows: a solution's own wording, then its duplicates in turn)."""
-    from coevolve.flows.evolution_counts import CandidateCounts
+    from coevolve.contracts.counts import CandidateCounts
 
     def per(view: str, column: str) -> dict[str, int]:
         return {r["k"]: r["n"] for r in rows(f"SELECT {column} AS k, count(*) AS n FROM {view} WHERE run = RUN GROUP BY ALL")}

@@ -1,8 +1,9 @@
 """A round in one row of metrics, from its stage manifests: the one summary of a round.
 
 `round_metrics` reads a round's manifests (no Parquet): train success and reward, signals by kind,
-explorations, candidates by status and their verdicts per distinct solution (`flows.evolution_counts`: one
-meaning of each count for every view), tasks added, dataset size, loss, KL, the
+explorations, candidates by status and their verdicts per distinct solution (`coevolve.contracts.counts`: one
+meaning of each count for every view), verification's discards by reason code, tasks added, dataset size,
+loss, KL, the
 groups with signal (and their share) and held-out success. Everything that summarises rounds renders these
 rows: the line printed per round (`round_line`, which warns when an update had no group with signal), the
 Prefect artifacts of a flow run (`publish_round`: `<run>-summary` markdown and `<run>-rounds` table,
@@ -15,9 +16,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from coevolve.config import EXTENSION_SIGNAL_KINDS, SIGNAL_KINDS
+from coevolve.contracts.counts import STATUSES, CandidateCounts
+from coevolve.contracts.signals import SignalsOutputs, signal_kinds
+from coevolve.contracts.verify import VerifyOutputs
 from coevolve.flows.evaluations import newest_evaluation
-from coevolve.flows.evolution_counts import STATUSES, CandidateCounts
 from coevolve.rl.rollout_metrics import ROLLOUT_FIGURES
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.parquet import ArtifactError
@@ -35,8 +37,7 @@ def round_metrics(store: RunStore, round_: int, dataset_size: int | None = None)
     row["tokens_per_second"] = out["rollout"].get("tokens_per_second")
     for key in ROLLOUT_FIGURES:  # TRL's names (`rl.rollout_metrics`); none in a rollout from before them
         row[key] = out["rollout"].get(key)
-    for kind in (*SIGNAL_KINDS, *EXTENSION_SIGNAL_KINDS):
-        row[f"{kind}_signals"] = out["signals"].get(f"{kind}_signals")
+    row.update(SignalsOutputs.counts(out["signals"]))
     row["explorations"] = out["explore"].get("explorations")
     counts = CandidateCounts.of(out["abstract"], out["verify"] or None)
     row["candidates"] = counts.candidates if out["abstract"] else None
@@ -44,6 +45,7 @@ def round_metrics(store: RunStore, round_: int, dataset_size: int | None = None)
         row[f"candidates_{status}"] = out["abstract"].get(status)
     row["accept"], row["retain"], row["discard"] = counts.accept, counts.retain, counts.discard  # per solution
     row["wordings_checked"] = counts.wordings_checked
+    row.update(VerifyOutputs.discards(out["verify"]))  # rows discarded, by reason code
     row["added_tasks"] = out["merge"].get("added_tasks")
     row["dataset_size"] = out["merge"].get("dataset_size", out["bootstrap"].get("dataset_size", dataset_size))
     row["loss"] = out["grpo_update"].get("loss")
@@ -73,11 +75,11 @@ def round_line(row: dict[str, Any], cached: list[str] | None = None, computed: l
     parts = [f"round {row['round']}"]
     if row["train_success"] is not None:
         parts.append(f"train {row['train_success']:.0%} reward {row['train_reward']:.2f}")
-    signals = [row[f"{k}_signals"] for k in SIGNAL_KINDS]
-    if any(s is not None for s in signals):
-        extensions = [k for k in EXTENSION_SIGNAL_KINDS if row.get(f"{k}_signals") is not None]
-        mix = "/".join(str(row[f"{k}_signals"] or 0) for k in (*SIGNAL_KINDS, *extensions))
-        letters = "/".join(k[0] for k in (*SIGNAL_KINDS, *extensions))
+    kinds = signal_kinds()
+    if any(row.get(k.output) is not None for k in kinds if k.paper):
+        shown = [k for k in kinds if k.paper or row.get(k.output) is not None]  # extensions a run has
+        mix = "/".join(str(row.get(k.output) or 0) for k in shown)
+        letters = "/".join(k.letter for k in shown)
         counts = row_counts(row)
         made = f" -> {counts.label()}" if counts is not None else ""
         added = f" -> +{row['added_tasks']} tasks" if row.get("added_tasks") is not None else ""

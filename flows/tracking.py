@@ -10,7 +10,9 @@ One step axis, TRL's global step (`train/global_step`: optimizer steps across ro
 - per round, at the round's last optimizer step (as TRL logs an epoch's figures at the step that ends it):
   `train/round`, `train/success`, `train/reward`, `train/frac_groups_with_signal`, the rollout's
   `train/frac_reward_zero_std`, `train/completions/*`, `train/tools/*`, `eval/<split>/success`
-  and the evolution's counts `evolution/*` (`flows.summary.round_metrics`).
+  and the evolution's counts `evolution/*` (`flows.summary.round_metrics`): signals of every kind the
+  signals contract declares, candidates by status, verdicts, and discards by reason code
+  (`evolution/discarded/<code>`; `coevolve.contracts`).
 The run's whole config, as written (`model.name` the configured model; a warm start's checkpoint is
 `model.warm_start`), goes once per run as hparams with the metrics the HParams tab shows beside them
 (`flows.tracking_writers` says how per tracker). A round is logged once,
@@ -26,7 +28,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from coevolve.config import EXTENSION_SIGNAL_KINDS, SIGNAL_KINDS, CoevolveConfig, ConfigError
+from coevolve.config import CoevolveConfig, ConfigError
+from coevolve.contracts.abstract import STATUSES
+from coevolve.contracts.signals import signal_kinds
+from coevolve.contracts.verify import VERDICTS, reason_outputs
 from coevolve.flows.tracking_writers import WRITERS, Point
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.parquet import write_text_atomic
@@ -47,17 +52,23 @@ STEP_TAGS = {  # rl.update_metrics.step_record name -> tag (TRL's names; clip si
     **{f"is_ratio_{s}": f"train/sampling/importance_sampling_ratio/{s}" for s in ("min", "mean", "max")},
     **{f"logp_diff_{s}": f"train/sampling/sampling_logp_difference/{s}" for s in ("mean", "max")},
 }  # fmt: skip
-ROUND_TAGS = {  # round_metrics name -> tag; loss and kl are logged per step instead
+TRAIN_TAGS = {  # round_metrics name -> tag; loss and kl are logged per step instead
     "train_success": "train/success", "train_reward": "train/reward", "tokens_per_second": "train/tokens_per_second",
     "frac_groups_with_signal": "train/frac_groups_with_signal", "frac_reward_zero_std": "train/frac_reward_zero_std",
     "completions_mean_length": "train/completions/mean_length",
     "completions_clipped_ratio": "train/completions/clipped_ratio",
     "tools_call_frequency": "train/tools/call_frequency", "tools_failure_frequency": "train/tools/failure_frequency",
-    **{f"{kind}_signals": f"evolution/{kind}_signals" for kind in (*SIGNAL_KINDS, *EXTENSION_SIGNAL_KINDS)},
-    **{name: f"evolution/{name}" for name in ("explorations", "candidates", "candidates_ok", "candidates_unparsable",
-       "candidates_invalid", "candidates_duplicate", "accept", "retain", "discard", "wordings_checked",
-       "added_tasks", "dataset_size")},  # verdicts per distinct solution (flows.evolution_counts)
 }  # fmt: skip
+
+
+def round_tags_known() -> dict[str, str]:
+    """Every round_metrics name that is logged -> its tag: the training figures, then the evolution's counts
+    as the phases' contracts declare them now (a signal kind or a reason code a package added included)."""
+    counts = ("explorations", "candidates", *(f"candidates_{s}" for s in STATUSES), *VERDICTS, "wordings_checked",
+              "added_tasks", "dataset_size")  # verdicts per distinct solution (coevolve.contracts.counts)
+    return {**TRAIN_TAGS, **{k.output: f"evolution/{k.output}" for k in signal_kinds()},
+            **{name: f"evolution/{name}" for name in counts},
+            **{name: f"evolution/discarded/{name.removeprefix('discarded_')}" for name in reason_outputs().values()}}  # fmt: skip
 
 
 def installed() -> tuple[str, ...]:
@@ -149,7 +160,7 @@ def round_tags(row: dict[str, Any]) -> dict[str, str]:
     """The row's names that are logged, and their tags (`eval_<split>_success` -> `eval/<split>/success`)."""
     evals = {k: f"eval/{k.removeprefix('eval_').removesuffix('_success')}/success" for k in row
              if k.startswith("eval_") and k.endswith("_success")}  # fmt: skip
-    return {**{k: t for k, t in ROUND_TAGS.items() if k in row}, **evals}
+    return {**{k: t for k, t in round_tags_known().items() if k in row}, **evals}
 
 
 def update_steps(store: RunStore, round_: int) -> list[dict[str, float]]:

@@ -4,18 +4,19 @@ An artifact name is a plural noun and equals its DuckDB view name. Every row car
 (the hive path adds `stage`). Nested, environment-specific payloads (messages, arguments, initial states,
 checker specs) are JSON strings so that the column set never depends on the data.
 
-Bump an artifact's version when its columns change; readers refuse a file whose version differs.
+Bump an artifact's version when its columns change; readers refuse a file whose version differs. A phase that
+owns its vocabulary declares its artifacts' schemas in its contract (`coevolve.contracts`: `signals`,
+`candidates`, `verifications`); the others are here.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-_KEY = [pa.field("run", pa.string(), nullable=False), pa.field("round", pa.int32(), nullable=False)]
-
-
-def _schema(version: int, *fields: pa.Field) -> pa.Schema:
-    return pa.schema([*_KEY, *fields], metadata={b"schema_version": str(version).encode()})
+from coevolve.contracts.abstract import candidates_schema
+from coevolve.contracts.arrow import artifact_schema as _schema
+from coevolve.contracts.signals import signals_schema
+from coevolve.contracts.verify import verifications_schema
 
 
 TRAJECTORIES = _schema(
@@ -139,17 +140,9 @@ DATASETS = _schema(
     pa.field("added_round", pa.int32(), nullable=False),
 )
 
-# --- data evolution (stages/signals_stage, explore, triples, abstract, verify, merge) -------------------
+# --- data evolution (stages/signals, explore, triples, abstract, verify, merge) -----------------------------
 
-SIGNALS = _schema(
-    1,
-    pa.field("signal_id", pa.string(), nullable=False),  # hash of {kind, round, task_id, trajectory_id}
-    pa.field("kind", pa.string(), nullable=False),  # forgetting | boundary | rare
-    pa.field("task_id", pa.string(), nullable=False),
-    pa.field("trajectory_id", pa.string(), nullable=False),  # the marked rollout trajectory
-    pa.field("trajectory_round", pa.int32(), nullable=False),  # round of that trajectory
-    pa.field("evidence", pa.string(), nullable=False),  # JSON, see stages/signals/stage.py
-)
+SIGNALS = signals_schema()
 
 EXPLORATIONS = _schema(
     2,
@@ -187,41 +180,9 @@ TRIPLES = _schema(
     pa.field("changed", pa.bool_()),
 )
 
-CANDIDATES = _schema(
-    1,
-    pa.field("candidate_id", pa.string(), nullable=False),  # content hash
-    pa.field("group_id", pa.string(), nullable=False),
-    pa.field("exploration_id", pa.string(), nullable=False),
-    pa.field("task_id", pa.string(), nullable=False),  # the explored task (its initial state is reused)
-    pa.field("env", pa.string(), nullable=False),
-    pa.field("teacher", pa.string(), nullable=False),
-    pa.field("status", pa.string(), nullable=False),  # ok | unparsable | invalid | duplicate
-    pa.field("reason", pa.string()),  # why not ok; on an ok row, a repair of the reply (`repair_answers`)
-    pa.field("duplicate_of", pa.string()),  # candidate or dataset task id
-    pa.field("intent", pa.string()),
-    pa.field("query", pa.string()),
-    pa.field("solution", pa.string()),  # JSON list of {name, arguments}
-    pa.field("answers", pa.string()),  # JSON list of strings the reply must contain
-    pa.field("signature", pa.string()),  # normalised solution signature
-    pa.field("initial_state", pa.string(), nullable=False),  # JSON
-    pa.field("raw_reply", pa.string(), nullable=False),  # the teacher's reply this row was parsed from
-)
+CANDIDATES = candidates_schema()
 
-VERIFICATIONS = _schema(
-    1,
-    pa.field("verification_id", pa.string(), nullable=False),
-    pa.field("candidate_id", pa.string(), nullable=False),
-    pa.field("outcome", pa.string(), nullable=False),  # accept | retain | discard
-    pa.field("reason", pa.string(), nullable=False),
-    pa.field("reward", pa.float64()),  # best policy attempt; null when not attempted
-    pa.field("success", pa.bool_()),
-    pa.field("attempts", pa.int32(), nullable=False),
-    pa.field("policy_version", pa.string(), nullable=False),
-    pa.field("checker", pa.string()),  # JSON checker spec of the task
-    pa.field("expected_digest", pa.string()),  # state digest after replaying the solution
-    pa.field("task_id", pa.string()),  # the synthesized task (accept / retain)
-    pa.field("task", pa.string()),  # JSON task row that merge admits
-)
+VERIFICATIONS = verifications_schema()
 
 ARTIFACTS: dict[str, pa.Schema] = {
     "trajectories": TRAJECTORIES,

@@ -24,6 +24,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from coevolve.contracts.signals import paper_kinds, signal_kinds
 from coevolve.storage.parquet import ArtifactError
 from coevolve.ui import queries
 from coevolve.ui.charts import VERDICT_COLOURS, count_bars, curves, trl_curves
@@ -136,16 +137,19 @@ class Pages:
         kinds = queries.signal_kinds(self.reader, run)
         counts = queries.signal_counts(self.reader, run, kinds)
         chart = count_bars("signals", "signals per round, by kind", counts, kinds)
-        return self.render(request, "signals.html", run=run, kind=kind, kinds=kinds, rows=rows,
-                           page=page, counts=counts, chart=chart)  # fmt: skip
+        about = {k.name: k.about for k in signal_kinds()}  # the kinds' contract (a run's unknown kind: none)
+        return self.render(request, "signals.html", run=run, kind=kind, kinds=kinds, rows=rows, page=page,
+                           counts=counts, chart=chart, about=about, paper=paper_kinds())  # fmt: skip
 
     def verifications(self, request: Request) -> HTMLResponse:
         run, outcome = self._run(request), request.query_params.get("outcome") or None
         rows, page = queries.candidate_rows(self.reader, run, outcome, _page(request))
         counts = queries.verification_counts(self.reader, run)
+        codes, discards = queries.discard_reasons(self.reader, run)
         chart = count_bars("outcomes", "verification verdicts per round", counts, queries.OUTCOMES, VERDICT_COLOURS)
         return self.render(request, "verifications.html", run=run, outcome=outcome, rows=rows, page=page,
-                           counts=counts, chart=chart, outcomes=(*queries.OUTCOMES, "unverified"))  # fmt: skip
+                           counts=counts, chart=chart, outcomes=(*queries.OUTCOMES, "unverified"),
+                           codes=codes, discards=discards)  # fmt: skip
 
     def tasks(self, request: Request) -> HTMLResponse:
         run = self._run(request)

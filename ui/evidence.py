@@ -1,4 +1,5 @@
-"""A signal's evidence, the JSON `stages.signals.rules` stores with it, as rows a person can read.
+"""A signal's evidence, the JSON `stages.signals.rules` stores with it, as rows a person can read; what each
+field means is its kind's contract (`coevolve.contracts.signals.SignalKind.evidence`).
 
 Each row is {field, value, meaning}: floats to 3 significant digits, and the values that stand for
 something else said in words: a rare-signal window that starts before round 0 (`first_round` < 0,
@@ -11,26 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-MEANINGS = {
-    "forgetting": {
-        "score": "mean reward of the task's samples this round (< 0.5: failed)",
-        "best_score": "best mean reward over its earlier attempted rounds in the window (>= 0.5: solved)",
-        "best_round": "the most recent round that reached that best",
-        "attempts": "earlier rounds in the window the task was attempted in",
-    },
-    "boundary": {
-        "successes": "samples this round with reward > 0.5",
-        "failures": "samples this round with reward < 0.5",
-        "samples": "samples of the task this round",
-        "mean": "mean reward of those samples",
-    },
-    "rare": {
-        "pattern_kind": "what is counted: a tool name, or a bigram a>b of consecutive calls",
-        "total": "actions counted in the window (N)",
-        "first_round": "the window's first round (it ends at the signal's round)",
-        "patterns": "the rare patterns this trajectory used: count c in the window, c / N",
-    },
-}
+from coevolve.contracts.signals import kind_names, signal_kind
 
 
 def significant(value: Any) -> str:
@@ -51,7 +33,7 @@ def evidence_rows(kind: str, evidence: Any, round_: int) -> list[dict[str, str]]
             return [{"field": "evidence", "value": evidence, "meaning": "as stored (not JSON)"}]
     if not isinstance(evidence, dict):
         return [{"field": "evidence", "value": _plain(evidence), "meaning": ""}]
-    meanings = MEANINGS.get(kind, {})
+    meanings = signal_kind(kind).evidence if kind in kind_names() else {}
     rows = []
     for field, value in evidence.items():
         if field == "first_round":

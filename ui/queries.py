@@ -1,5 +1,7 @@
 """The SQL behind the web view's pages: per-round curves, a round's episodes, signals, verification
-outcomes; `ui.charts` turns the per-round figures into chart specs. Every query filters on `run` (and `round` or `stage` where it can: hive columns, so DuckDB
+outcomes; `ui.charts` turns the per-round figures into chart specs. The vocabularies (signal kinds,
+candidate statuses, verdicts, reason codes) and the counting rule come from the phases' contracts
+(`coevolve.contracts`), so a kind or a check a package adds has its column here. Every query filters on `run` (and `round` or `stage` where it can: hive columns, so DuckDB
 reads only those files), aggregates or pages in SQL, and returns at most a page of rows to Python.
 """
 
@@ -9,7 +11,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from coevolve.config import SIGNAL_KINDS
+from coevolve.contracts.abstract import STATUSES
+from coevolve.contracts.counts import CandidateCounts, count_columns_sql
+from coevolve.contracts.signals import paper_kinds
+from coevolve.contracts.verify import OTHER, VERDICTS, Verdict, reason_code_sql, reasons
 from coevolve.rl.rollout_metrics import TRL_NAMES
 from coevolve.storage.parquet import ArtifactError
 from coevolve.ui.lineage import candidate_label
@@ -28,7 +33,7 @@ CURVES = {
 SAMPLING_NAMES = {f"is_ratio_{s}": f"sampling/importance_sampling_ratio/{s}" for s in ("min", "mean", "max")}
 """The update's importance-sampling weights (`rl.update_metrics.weight_record`, per optimizer step) under TRL's
 names; a round's value is the min of the steps' minima, the mean of their means, the max of their maxima."""
-OUTCOMES = ("accept", "retain", "discard")
+OUTCOMES = VERDICTS
 MAX_MATCHES = 50
 """Ids listed at most for an id prefix that matches several."""
 
@@ -68,7 +73,7 @@ def _metric_queries(reader: RunsReader, runs: list[str]) -> list[tuple[str, list
         "datasets": f"""SELECT run, dataset_version AS round, count(DISTINCT task_id) AS dataset_size
                         FROM datasets WHERE {where} GROUP BY ALL""",
         "signals": f"""SELECT run, round, count(*) AS signals FROM signals WHERE {where} GROUP BY ALL""",
-        "verifications": f"""SELECT run, round, count(*) FILTER (WHERE outcome = 'accept') AS accepted,
+        "verifications": f"""SELECT run, round, count(*) FILTER (WHERE outcome = '{Verdict.ACCEPT}') AS accepted,
                              count(*) AS verified FROM verifications WHERE {where} GROUP BY ALL""",
     }
     return [(sql, list(runs)) for view, sql in candidates.items() if reader.has(view)]
@@ -174,10 +179,11 @@ def round_sources(reader: RunsReader, run: str, round_: int) -> list[str]:
 
 def signal_kinds(reader: RunsReader, run: str) -> tuple[str, ...]:
     """The paper's signal kinds, then every other kind the run's signals hold (an extension's), by name."""
+    paper = paper_kinds()
     if not reader.has("signals"):
-        return SIGNAL_KINDS
+        return paper
     found = [r["kind"] for r in reader.rows("SELECT DISTINCT kind FROM signals WHERE run = ? ORDER BY kind", [run])]
-    return (*SIGNAL_KINDS, *(kind for kind in found if kind not in SIGNAL_KINDS))
+    return (*paper, *(kind for kind in found if kind not in paper))
 
 
 def signal_counts(reader: RunsReader, run: str, kinds: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -219,25 +225,40 @@ def signal_rows(reader: RunsReader, run: str, kind: str | None, page: int) -> tu
 
 def verification_counts(reader: RunsReader, run: str) -> list[dict[str, Any]]:
     """Per round: candidates by status (`ok`: a distinct solution), then the verdicts per distinct solution
-    and the wordings verification checked (its rows), counted as `flows.evolution_counts` counts them for
-    the round line and `coevolve evolution`: a solution is accepted or retained when one of its wordings
-    was, discarded when none was."""
+    and the wordings verification checked (its rows), counted by `coevolve.contracts.counts.CandidateCounts`,
+    as the round line and `coevolve evolution` count them: a solution is accepted or retained when one of
+    its wordings was, discarded when none was."""
     if not reader.has("candidates"):
         return []
-    statuses = ", ".join(f"count(*) FILTER (WHERE status = '{s}') AS {s}"
-                         for s in ("ok", "unparsable", "invalid", "duplicate"))  # fmt: skip
-    rows = reader.rows(f"SELECT round, count(*) AS candidates, {statuses} FROM candidates WHERE run = ? "
+    rows = reader.rows(f"SELECT round, {count_columns_sql('status', STATUSES)} FROM candidates WHERE run = ? "
                        "GROUP BY round ORDER BY round", [run])  # fmt: skip
-    if reader.has("verifications"):
-        outcomes = ", ".join(f"count(*) FILTER (WHERE outcome = '{o}') AS {o}" for o in OUTCOMES[:2])
-        verdicts = {r["round"]: r for r in reader.rows(
-            f"SELECT round, {outcomes}, count(*) AS checked FROM verifications WHERE run = ? GROUP BY round",
-            [run])}  # fmt: skip
-        for row in rows:
-            found = verdicts.get(row["round"]) or {}
-            row.update({o: found.get(o, 0) for o in (*OUTCOMES[:2], "checked")})
-            row["discard"] = max(row["ok"] - row["accept"] - row["retain"], 0) if found else 0
-    return rows
+    verified = reader.has("verifications")
+    verdicts = {r["round"]: r for r in reader.rows(
+        f"SELECT round, {count_columns_sql('outcome', VERDICTS)} FROM verifications WHERE run = ? GROUP BY round",
+        [run])} if verified else {}  # fmt: skip
+    out = []
+    for row in rows:
+        counts = CandidateCounts.of(row, verdicts.get(row["round"]))
+        out.append({**row, "candidates": counts.candidates})
+        if verified:
+            out[-1].update(accept=counts.accept or 0, retain=counts.retain or 0, discard=counts.discard or 0,
+                           checked=counts.wordings_checked or 0)
+    return out
+
+
+def discard_reasons(reader: RunsReader, run: str) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
+    """The reason codes of the run's discarded verification rows (`coevolve.contracts.verify`: the declared
+    ones in their order, then `other`), and per round the rows discarded under each."""
+    if not reader.has("verifications"):
+        return (), []
+    found = reader.rows(f"""SELECT round, {reason_code_sql()} AS code, count(*) AS n FROM verifications
+                            WHERE run = ? AND outcome = '{Verdict.DISCARD}' GROUP BY ALL""", [run])  # fmt: skip
+    present = {r["code"] for r in found}
+    codes = tuple(c for c in (*(r.code for r in reasons()), OTHER) if c in present)
+    by_round: dict[int, dict[str, Any]] = defaultdict(dict)
+    for r in found:
+        by_round[r["round"]][r["code"]] = r["n"]
+    return codes, [{"round": r, **{c: n.get(c, 0) for c in codes}} for r, n in sorted(by_round.items())]
 
 
 def candidate_rows(reader: RunsReader, run: str, outcome: str | None, page: int) -> tuple[list, Page]:

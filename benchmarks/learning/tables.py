@@ -9,6 +9,12 @@ from pathlib import Path
 
 import polars as pl
 
+from coevolve.contracts.abstract import STATUSES, CandidateStatus
+from coevolve.contracts.counts import count_columns_sql
+from coevolve.contracts.verify import ADMITTED, Verdict, sql_list
+
+_ADMITTED = sql_list(ADMITTED)
+
 FEEDBACK_STAGES = ("signals", "explore", "triples", "abstract", "verify", "merge")
 STAGE_ORDER = ("bootstrap", "baseline", "rollout", *FEEDBACK_STAGES, "grpo_update", "evaluate")
 
@@ -58,10 +64,10 @@ def evolution_counts(root: Path, names: Sequence[str]) -> pl.DataFrame:
     tokens = scalar_table(root, names, """
         SELECT run, source, sum(completion_tokens) AS tokens FROM trajectories WHERE run IN (RUNS)
         GROUP BY ALL""", {"run": pl.String, "source": pl.String, "tokens": pl.Int64})  # fmt: skip
-    drawn = scalar_table(root, names, """
+    drawn = scalar_table(root, names, f"""
         SELECT run, count(*) AS synth_rollouts FROM trajectories t WHERE run IN (RUNS) AND source = 'rollout'
         AND task_id IN (SELECT task_id FROM verifications v WHERE v.run = t.run
-                        AND outcome IN ('accept', 'retain')) GROUP BY ALL""",
+                        AND outcome IN {_ADMITTED}) GROUP BY ALL""",
         {"run": pl.String, "synth_rollouts": pl.Int64})  # fmt: skip
     revisited = scalar_table(root, names, """
         SELECT run, count(*) AS revisited FROM (
@@ -71,7 +77,7 @@ def evolution_counts(root: Path, names: Sequence[str]) -> pl.DataFrame:
     base = pl.DataFrame({"run": list(names)}, schema={"run": pl.String})
     kinds = signals.pivot(on="kind", index="run", values="n") if signals.height else base
     admitted = (
-        verdicts.filter(pl.col("outcome").is_in(["accept", "retain"]))
+        verdicts.filter(pl.col("outcome").is_in(ADMITTED))
         .group_by("run")
         .agg(admitted=pl.col("n").sum())
     )
@@ -86,14 +92,11 @@ def teacher_output(root: Path, names: Sequence[str]) -> pl.DataFrame:
     """Per run: the teacher's candidates by status, then the verdicts on the `ok` ones and on the
     duplicates verification checked in place of a discarded one (`stand_ins`, `stages.verify.verification.sibling_duplicates`):
     is the teacher the bottleneck, or verification?"""
-    return scalar_table(root, names, """
-        SELECT c.run, count(*) AS candidates, count(*) FILTER (c.status = 'ok') AS ok,
-               count(*) FILTER (c.status = 'unparsable') AS unparsable,
-               count(*) FILTER (c.status = 'invalid') AS invalid,
-               count(*) FILTER (c.status = 'duplicate') AS duplicate,
-               count(*) FILTER (c.status = 'duplicate' AND v.outcome IS NOT NULL) AS stand_ins,
-               count(*) FILTER (v.outcome IN ('accept', 'retain')) AS admitted,
-               count(*) FILTER (v.outcome = 'discard') AS discarded
+    return scalar_table(root, names, f"""
+        SELECT c.run, count(*) AS candidates, {count_columns_sql('c.status', STATUSES)},
+               count(*) FILTER (c.status = '{CandidateStatus.DUPLICATE}' AND v.outcome IS NOT NULL) AS stand_ins,
+               count(*) FILTER (v.outcome IN {_ADMITTED}) AS admitted,
+               count(*) FILTER (v.outcome = '{Verdict.DISCARD}') AS discarded
         FROM candidates c LEFT JOIN verifications v USING (run, round, candidate_id)
         WHERE c.run IN (RUNS) GROUP BY ALL ORDER BY c.run""",
         {"run": pl.String, "candidates": pl.Int64})  # fmt: skip
@@ -132,9 +135,11 @@ def rejections(root: Path, names: Sequence[str]) -> pl.DataFrame:
               r"'\b[0-9a-f]{12,}\b', '<id>', 'g'), '[0-9]+(\.[0-9]+)?', 'N', 'g')")
     return scalar_table(root, names, f"""
         WITH reasons AS (
-            SELECT run, 'candidate ' || status AS verdict, reason FROM candidates WHERE run IN (RUNS) AND status <> 'ok'
+            SELECT run, 'candidate ' || status AS verdict, reason FROM candidates WHERE run IN (RUNS)
+                AND status <> '{CandidateStatus.OK}'
             UNION ALL
-            SELECT run, 'verification ' || outcome, reason FROM verifications WHERE run IN (RUNS) AND outcome = 'discard')
+            SELECT run, 'verification ' || outcome, reason FROM verifications WHERE run IN (RUNS)
+                AND outcome = '{Verdict.DISCARD}')
         SELECT run, verdict, {folded} AS reason, count(*) AS n
         FROM reasons GROUP BY ALL ORDER BY run, n DESC, verdict, reason""",
         {"run": pl.String, "verdict": pl.String, "reason": pl.String, "n": pl.Int64})  # fmt: skip
@@ -147,8 +152,8 @@ def top_reasons(per_run: pl.DataFrame, top: int = 12) -> pl.DataFrame:
 
 
 def accepted_per_round(root: Path, names: Sequence[str]) -> pl.DataFrame:
-    return scalar_table(root, names, """
-        SELECT run, round, count(*) FILTER (outcome IN ('accept', 'retain')) AS admitted, count(*) AS verified
+    return scalar_table(root, names, f"""
+        SELECT run, round, count(*) FILTER (outcome IN {_ADMITTED}) AS admitted, count(*) AS verified
         FROM verifications WHERE run IN (RUNS) GROUP BY ALL ORDER BY run, round""",
         {"run": pl.String, "round": pl.Int64, "admitted": pl.Int64, "verified": pl.Int64})  # fmt: skip
 

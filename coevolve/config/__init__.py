@@ -6,7 +6,6 @@ with `--set key=value` overrides (`loading`).
 """
 
 from coevolve.config.evolution import (
-    EXTENSION_SIGNAL_KINDS,
     MOVED_FIELDS,
     SIGNAL_KINDS,
     AbstractConfig,
@@ -46,7 +45,7 @@ from coevolve.config.teacher import (
 )
 
 __all__ = [
-    "EXTENSION_SIGNAL_KINDS", "MOVED_FIELDS", "SIGNAL_KINDS", "AbstractConfig", "CoevolveConfig", "ConfigError", "DatasetConfig", "EnvConfig", "EvalConfig",
+    "MOVED_FIELDS", "SIGNAL_KINDS", "AbstractConfig", "CoevolveConfig", "ConfigError", "DatasetConfig", "EnvConfig", "EvalConfig",
     "EvolveConfig", "ExploreConfig", "LocalTeacherConfig", "MergeConfig", "ModelConfig", "OpenAITeacherConfig",
     "PolicyTeacherConfig", "RolloutConfig", "RunSection", "RuntimeSection", "SignalsConfig", "StorageSection",
     "TeacherConfig", "TrackingSection", "TrainConfig", "VerifyConfig", "WarmStartSection", "apply_override", "find_config", "load_config",

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from coevolve.config.section import Section
+from coevolve.contracts.signals import check_kinds, paper_kinds
+from coevolve.contracts.verify import ADMITTED, VERDICTS
 
-SIGNAL_KINDS = ("forgetting", "boundary", "rare")
-"""The paper's signal kinds, the default of `signals.kinds`."""
-EXTENSION_SIGNAL_KINDS = ("unused",)
-"""Signal kinds beyond the paper's (`stages/signals/rules.py`); summaries and tracking count them when a run
-has them."""
-"""The paper's signal kinds (the default); `unused` is an extension a config names in `signals.kinds`."""
+Verdicts = Literal[VERDICTS]  # type: ignore[valid-type]
+"""A verification outcome (`coevolve.contracts.verify.Verdict`)."""
+
+SIGNAL_KINDS = paper_kinds()
+"""The paper's signal kinds, the default of `signals.kinds` (`coevolve.contracts.signals`, where every kind is
+declared)."""
 
 
 class EvolveConfig(Section):
@@ -45,11 +47,12 @@ class EvolveConfig(Section):
 class SignalsConfig(Section):
     """Weakness signals over the rollout ledger (stage `signals`)."""
 
-    kinds: tuple[Literal["forgetting", "boundary", "rare", "unused"], ...] = SIGNAL_KINDS
-    """Signal kinds that are extracted, and the order in which they are explored (first = most urgent). The
-    paper's are forgetting, boundary and rare (the default). `unused` is an extension, not the paper's: a
-    tool the round's episodes offer that no trajectory of the last W rounds called, one signal per tool, on
-    one round-r trajectory that was offered it (`stages.signals.rules.unused_signals`)."""
+    kinds: tuple[str, ...] = SIGNAL_KINDS
+    """Signal kinds that are extracted, and the order in which they are explored (first = most urgent), each a
+    kind `coevolve.contracts.signals` declares. The paper's are forgetting, boundary and rare (the default).
+    `unused` is an extension, not the paper's: a tool the round's episodes offer that no trajectory of the
+    last W rounds called, one signal per tool, on one round-r trajectory that was offered it
+    (`stages.signals.rules.unused_signals`)."""
     window: int = Field(10, ge=1, le=10_000)
     """W: forgetting looks at a task's last W attempted rounds; rare and unused look at the last W rounds."""
     rare_theta: float = Field(5.0, ge=0.0, le=100.0)
@@ -71,6 +74,11 @@ class SignalsConfig(Section):
     succeed, reward >= 0.5. `mean_reward` (labelled option; this project's earlier rule): the mean reward of
     the samples, which under partial credit calls a round of rewards [1, .4, .4, .4] solved. The two agree
     when every reward is 0 or 1 (BFCL)."""
+
+    @field_validator("kinds")
+    @classmethod
+    def _declared_kinds(cls, kinds: tuple[str, ...]) -> tuple[str, ...]:
+        return check_kinds(kinds)
 
     @model_validator(mode="after")
     def _unused_counts_tools(self) -> SignalsConfig:
@@ -188,7 +196,7 @@ class VerifyConfig(Section):
 class MergeConfig(Section):
     """Which verified tasks join the dataset, and how often they are drawn (stage `merge`)."""
 
-    admit: tuple[Literal["accept", "retain", "discard"], ...] = ("accept", "retain")
+    admit: tuple[Verdicts, ...] = ADMITTED
     """Verification outcomes merged into D_{r+1}. The paper keeps accepted and retained tasks."""
     signal_weight: float = Field(1.0, gt=0.0, le=1_000_000.0)
     """Sampling weight of merged signal-linked tasks (other tasks weigh 1); > 1 upweights them. Extension, not

@@ -19,6 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from coevolve.contracts.signals import paper_kinds
+from coevolve.contracts.verify import ADMITTED
+
 if TYPE_CHECKING:
     from coevolve.config.models import CoevolveConfig
 
@@ -28,7 +31,7 @@ PAPER_F = 10
 """F: GRPO steps between evolutions (the paper's default)."""
 PAPER_F_SWEEP = (2, 40)
 """The paper's other F values: 2 (slightly better, costlier) and 40 (worse)."""
-PAPER_SIGNALS = ("forgetting", "boundary", "rare")
+PAPER_SIGNALS = paper_kinds()
 PAPER_EVAL_SPLITS = {"bfcl": ("all",), "appworld": ("test_normal", "test_challenge")}
 """The tasks the paper scores: BFCL's 200 `multi_turn_base` tasks (this project's split `all`), AppWorld's
 Test-N and Test-C."""
@@ -249,7 +252,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("verify.grounding", "no such check", EXT, "a query's literals must be used by its solution",
             _is(0.0), applies=_evolves),
     Setting("merge.admit", "accept, retain", DEV, "other verdicts admitted",
-            lambda value, config: tuple(value) == ("accept", "retain"), applies=_evolves),
+            lambda value, config: tuple(value) == ADMITTED, applies=_evolves),
     Setting("merge.signal_weight", "1 (no weights)", EXT, "signal-linked tasks drawn more or less often",
             _is(1.0), applies=_evolves),
     Setting("merge.unsolved_weighting", "false", EXT, "admitted tasks weighted by verification failures",

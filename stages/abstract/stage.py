@@ -13,6 +13,7 @@ the explorations name (`stages.explore.curriculum`), `abstract.max_tasks_per_gro
 
 from __future__ import annotations
 
+from coevolve.contracts.abstract import abstract_outputs
 from coevolve.core import round_seed
 from coevolve.envs.base import Task
 from coevolve.pipeline.declared import StageContext
@@ -42,7 +43,7 @@ def compute_abstract(ctx: StageContext, round_: int, inputs: Inputs) -> StageRes
         rows = oracle_candidates(ctx.make_env(), inputs["explorations"].rows(), per_target=cfg.max_tasks_per_group,
                                  stream=f"{ctx.run}:{round_}")
         rows = mark_duplicates(rows, known_tasks(ctx, inputs), cfg.duplicate_jaccard)
-        return StageResult({"candidates": rows}, _counts(rows))
+        return StageResult({"candidates": rows}, abstract_outputs(rows))
     groups = build_groups(inputs["triples"].rows(), explored_tasks(inputs["explorations"].rows()))
     if cfg.single_calls:
         groups += single_call_groups(groups)
@@ -53,12 +54,7 @@ def compute_abstract(ctx: StageContext, round_: int, inputs: Inputs) -> StageRes
                                seed=round_seed(ctx.config.run.seed, round_, "abstract"), samples=cfg.samples,
                                prefill_effect=cfg.prefill_effect, prefill_question=cfg.prefill_question,
                                progress=advance)
-    return StageResult({"candidates": rows}, _counts(rows))
-
-
-def _counts(rows: list[dict]) -> dict[str, int]:
-    statuses = [r["status"] for r in rows]
-    return {s: statuses.count(s) for s in ("ok", "unparsable", "invalid", "duplicate")}
+    return StageResult({"candidates": rows}, abstract_outputs(rows))
 
 
 CONFIG = ("abstract", "evolve.curriculum", "teacher", "env", "run.seed")

@@ -27,18 +27,24 @@ The trajectories passed in should be one source (the GRPO rollouts); mixing eval
     from coevolve.stages.signals.rules import extract_signals
     signals = extract_signals(trajectories, steps, round=12)
 
+Each kind is a `Rule` over one `Ledger` in `RULES`, under its `SignalKind` (`coevolve.contracts.signals`, where
+every view finds it); `add_rule(kind, rule)` adds a kind with one call.
+
 Everything is vectorised Polars; DuckDB computes the sha256 behind `signal_id`.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import duckdb
 import polars as pl
 
-KINDS = ("forgetting", "boundary", "rare", "unused")
+from coevolve.contracts import signals as contract
+from coevolve.contracts.signals import BOUNDARY, FORGETTING, RARE, UNUSED, SignalKind
+
 RARE_PATTERNS = ("tool", "bigram", "task")
 FORGETTING_SCORES = ("success", "mean_reward")
 SUCCESS = 0.5
@@ -46,7 +52,7 @@ SUCCESS = 0.5
 
 SIGNALS_SCHEMA = pl.Schema({
     "signal_id": pl.String,  # sha256(JSON {kind, round, task_id, trajectory_id}, + tool for unused)[:16]
-    "kind": pl.String,  # forgetting | boundary | rare | unused
+    "kind": pl.String,  # a `SignalKind` name
     "task_id": pl.String,
     "trajectory_id": pl.String,
     "round": pl.Int32,
@@ -241,9 +247,13 @@ def unused_signals(
 def _check_arguments(kinds: Iterable[str], window: int, rare_theta: float, rare_pattern: str,
                      forgetting_score: str) -> tuple[str, ...]:
     kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
-    unknown = sorted(set(kinds) - set(KINDS))
-    if unknown:
-        raise ValueError(f"kinds: unknown signal kind(s) {unknown}; expected a subset of {list(KINDS)}")
+    try:
+        contract.check_kinds(kinds)
+    except ValueError as exc:
+        raise ValueError(f"kinds: {exc}") from None
+    missing = [kind for kind in kinds if kind not in RULES]
+    if missing:
+        raise ValueError(f"kinds: no rule computes signal kind(s) {missing} (stages.signals.rules.add_rule)")
     if window < 1:
         raise ValueError(f"window: must be >= 1, got {window}")
     if not 0 <= rare_theta <= 100:
@@ -283,7 +293,7 @@ def extract_signals(
     round: int,  # shadows the builtin: the name the stage contract uses
     window: int = 10,
     rare_theta: float = 5.0,
-    kinds: Iterable[str] = KINDS[:3],
+    kinds: Iterable[str] = (FORGETTING.name, BOUNDARY.name, RARE.name),
     rare_pattern: str = "tool",
     offered: pl.DataFrame | None = None,
     rare_unused: bool = False,
@@ -310,22 +320,77 @@ def extract_signals(
         .with_columns(pl.col("round").cast(pl.Int32), pl.col("reward").cast(pl.Float64))
         .filter(pl.col("round") <= round)
     )
-    parts = []
-    if "forgetting" in kinds:
-        parts.append(forgetting_signals(traj, round_=round, window=window, score=forgetting_score))
-    if "boundary" in kinds:
-        parts.append(boundary_signals(traj, round_=round))
-    if "rare" in kinds and (steps.height > 0 or rare_unused or rare_pattern == "task"):
-        _require(steps, "steps", _STEP_COLUMNS[rare_pattern])
-        parts.append(rare_signals(traj, steps.lazy().select(_STEP_COLUMNS[rare_pattern]), round_=round,
-                                  window=window, theta=rare_theta, pattern=rare_pattern,
-                                  offered=offered.lazy() if rare_unused else None))
-    if "unused" in kinds:
-        _require(steps, "steps", _STEP_COLUMNS["tool"])
-        _require(offered, "offered", ("task_id", "tool"))
-        parts.append(unused_signals(traj, steps.lazy().select(_STEP_COLUMNS["tool"]), round_=round,
-                                    window=window, offered=offered.lazy()))
+    ledger = Ledger(traj, steps, round, window, rare_theta, rare_pattern, offered, rare_unused, forgetting_score)
+    parts = [part for kind, rule in RULES.items() if kind in kinds and (part := rule(ledger)) is not None]
     frames = [frame for frame in pl.collect_all(parts) if frame.height > 0]
     if not frames:
         return SIGNALS_SCHEMA.to_frame()
     return with_signal_ids(pl.concat(frames).sort("kind", "task_id", "trajectory_id", "tool", nulls_last=True))
+
+
+# --- the kinds' rules ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Ledger:
+    """What a rule reads: the rollouts up to the round (lazy: task_id, round, sample, reward,
+    trajectory_id), the steps of the window, and the signals settings."""
+
+    trajectories: pl.LazyFrame
+    steps: pl.DataFrame
+    round: int
+    window: int
+    rare_theta: float
+    rare_pattern: str
+    offered: pl.DataFrame | None
+    rare_unused: bool
+    forgetting_score: str
+
+
+Rule = Callable[[Ledger], "pl.LazyFrame | None"]
+"""A kind's rule: the marked trajectories of `ledger.round` (`_marked` columns), or None when it has nothing
+to count."""
+
+
+def _forgetting(ledger: Ledger) -> pl.LazyFrame:
+    return forgetting_signals(ledger.trajectories, round_=ledger.round, window=ledger.window,
+                              score=ledger.forgetting_score)
+
+
+def _boundary(ledger: Ledger) -> pl.LazyFrame:
+    return boundary_signals(ledger.trajectories, round_=ledger.round)
+
+
+def _rare(ledger: Ledger) -> pl.LazyFrame | None:
+    pattern = ledger.rare_pattern
+    if ledger.steps.height == 0 and not ledger.rare_unused and pattern != "task":
+        return None
+    _require(ledger.steps, "steps", _STEP_COLUMNS[pattern])
+    return rare_signals(ledger.trajectories, ledger.steps.lazy().select(_STEP_COLUMNS[pattern]), round_=ledger.round,
+                        window=ledger.window, theta=ledger.rare_theta, pattern=pattern,
+                        offered=ledger.offered.lazy() if ledger.rare_unused else None)
+
+
+def _unused(ledger: Ledger) -> pl.LazyFrame:
+    _require(ledger.steps, "steps", _STEP_COLUMNS["tool"])
+    _require(ledger.offered, "offered", ("task_id", "tool"))
+    return unused_signals(ledger.trajectories, ledger.steps.lazy().select(_STEP_COLUMNS["tool"]),
+                          round_=ledger.round, window=ledger.window, offered=ledger.offered.lazy())
+
+
+RULES: dict[str, Rule] = {FORGETTING.name: _forgetting, BOUNDARY.name: _boundary, RARE.name: _rare,
+                          UNUSED.name: _unused}
+"""Signal kind -> its rule."""
+
+
+def add_rule(kind: SignalKind, rule: Rule) -> SignalKind:
+    """Add a signal kind: its contract (`coevolve.contracts.signals`) and the rule that computes it. One call,
+    and `signals.kinds` may name it."""
+    contract.add_signal_kind(kind)
+    RULES[kind.name] = rule
+    return kind
+
+
+def remove_rule(name: str) -> None:
+    """Forget a kind `add_rule` added."""
+    contract.remove_signal_kind(name)
+    RULES.pop(name, None)

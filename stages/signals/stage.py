@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from coevolve.contracts.signals import UNUSED, SignalsOutputs
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.declared import StageContext
 from coevolve.pipeline.stage import (
@@ -93,9 +94,7 @@ def compute_signals(ctx: StageContext, round_: int, inputs: Inputs) -> StageResu
                           kinds=cfg.kinds, rare_pattern=cfg.rare_pattern, offered=offered,
                           rare_unused=cfg.rare_unused, forgetting_score=cfg.forgetting_score)
     counts = Counter(row["kind"] for row in rows)
-    return StageResult(
-        {"signals": rows}, {"signals": len(rows), **{f"{k}_signals": counts[k] for k in cfg.kinds}}
-    )
+    return StageResult({"signals": rows}, SignalsOutputs(len(rows), {k: counts[k] for k in cfg.kinds}).manifest())
 
 
 def offered_tools(ctx: StageContext, dataset, trajectories: pl.DataFrame, rounds: list[int]) -> pl.DataFrame:
@@ -118,7 +117,7 @@ def offered_tools(ctx: StageContext, dataset, trajectories: pl.DataFrame, rounds
 
 def needs_offered(config: Any) -> bool:
     """Whether the signals need the tools each task offers: the `unused` kind, or `signals.rare_unused`."""
-    return config.signals.rare_unused or "unused" in config.signals.kinds
+    return config.signals.rare_unused or UNUSED.name in config.signals.kinds
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass, field
 
+from coevolve.contracts.verify import VerdictReason, add_reason, remove_reason
 from coevolve.envs.answers import answer_found
 from coevolve.envs.base import Environment, Task
 from coevolve.envs.replay import replay_reference
@@ -297,7 +298,7 @@ def reference_satisfies_checker(ctx: CheckContext, d: Draft) -> None:
                        f"{evaluation.outcome_credit:.2f}, an idle answer's {idle:.2f})")  # fmt: skip
 
 
-CHECKS: tuple[Check, ...] = (
+CHECKS: list[Check] = [
     drop_unasked_answers,
     derive_task,
     not_contaminated,
@@ -314,8 +315,26 @@ CHECKS: tuple[Check, ...] = (
     solvable,
     grounded,
     reference_satisfies_checker,
-)
-"""The environment checks, in the order they are applied (the first failure is the verification's reason)."""
+]
+"""The environment checks, in the order they are applied (the first failure is the verification's reason);
+`add_check` adds one."""
+
+
+def add_check(check: Check, reason: VerdictReason, *, before: Check = reference_satisfies_checker) -> Check:
+    """Add a verification check and the reason code its `Rejected` messages start with (its contract,
+    `coevolve.contracts.verify`): one call, and the check runs before `before` (default: last of the
+    environment checks, before the reference is played against the checker)."""
+    add_reason(reason)
+    if check not in CHECKS:
+        CHECKS.insert(CHECKS.index(before), check)
+    return check
+
+
+def remove_check(check: Check, reason: str) -> None:
+    """Undo `add_check`."""
+    if check in CHECKS:
+        CHECKS.remove(check)
+    remove_reason(reason)
 
 
 def check_candidate(

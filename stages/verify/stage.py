@@ -14,6 +14,7 @@ success -> `accept`, a failure that did part of the task -> `retain`, else `disc
 from __future__ import annotations
 
 from coevolve.agents.episodes import EpisodeLimits
+from coevolve.contracts.verify import VerifyOutputs
 from coevolve.core import round_seed
 from coevolve.pipeline.declared import StageContext
 from coevolve.pipeline.stage import Artifact, EnvTasks, EvolutionPolicy, Inputs, StageDef, StageResult
@@ -39,8 +40,7 @@ def _verify(purpose: str):
         with ctx.progress(f"round {round_} {purpose}", total) as advance:
             artifacts = verify_candidates(inputs["policy"], ctx.make_env, candidates, held_out, lineage, settings,
                                           run=ctx.run, round_=round_, progress=advance)
-        outcomes = [r["outcome"] for r in artifacts["verifications"]]
-        return StageResult(artifacts, {o: outcomes.count(o) for o in ("accept", "retain", "discard")})
+        return StageResult(artifacts, VerifyOutputs.of(artifacts["verifications"]).manifest())
 
     return compute
 

@@ -1,4 +1,4 @@
-"""One count, one meaning (`flows.evolution_counts`): the round line and `coevolve evolution` label a
+"""One count, one meaning (`coevolve.contracts.counts`): the round line and `coevolve evolution` label a
 round's candidates the same way, with verdicts per distinct solution (verification checks a solution's
 wordings in turn, so its rows outnumber the solutions: the demo's 8 solutions gave 23 rows)."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from coevolve.flows.evolution_counts import CandidateCounts
+from coevolve.contracts.counts import CandidateCounts
 from coevolve.flows.evolution_report import candidate_lines
 from coevolve.flows.summary import round_line, run_metrics
 from coevolve.storage.layout import RunLayout

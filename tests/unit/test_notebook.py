@@ -1,5 +1,5 @@
 """notebooks/explore_run.ipynb executed (nbclient, a real kernel) on tests/unit/stale_run.py's tiny run after
-a rollout re-run: it counts candidates as `flows.evolution_counts` does (the round line's label, not a
+a rollout re-run: it counts candidates as `coevolve.contracts.counts` does (the round line's label, not a
 count of verification rows by candidate) and names each stale stage with why. `make notebook` runs it on
 the demo's run; tests/integration/test_operate_inspect.py on a real tiny evolving run."""
 

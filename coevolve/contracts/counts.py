@@ -1,4 +1,5 @@
-"""What an evolution made of its candidate tasks, counted one way for every view that reports it.
+"""What an evolution made of its candidate tasks, counted one way for every view that reports it (the round
+line, `coevolve evolution`, tracking, the web view).
 
     counts = CandidateCounts.of({"ok": 8, "duplicate": 18, "invalid": 5}, {"accept": 1, "discard": 22})
     counts.label()  # '31 candidates: 8 distinct solutions, 18 duplicates, 5 invalid -> 1 accept / 0 retain / 7 discard'
@@ -11,17 +12,15 @@ solutions (23 rows for 8 solutions in the demo). The verdicts here are per disti
 accepted or retained when one of its wordings was (at most one is), and discarded when none was, so
 discard = distinct - accept - retain; the rows are `wordings_checked`. The round line and
 `coevolve evolution` print `label()`; `flows.summary.round_metrics` carries the same numbers to tracking
-and the Prefect artifacts.
+and the Prefect artifacts, and the web view counts the same way from SQL (`count_columns_sql`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-STATUSES = ("ok", "duplicate", "invalid", "unparsable")
-"""The candidates' statuses (`stages.abstract`'s manifest counts them under these names)."""
-OUTCOMES = ("accept", "retain", "discard")
-"""The verdicts (`stages.verify`'s manifest counts its rows under these names)."""
+from coevolve.contracts.abstract import STATUSES
+from coevolve.contracts.verify import VERDICTS as OUTCOMES
 
 
 @dataclass(frozen=True)
@@ -72,3 +71,9 @@ class CandidateCounts:
         if self.accept is None:
             return text
         return f"{text} -> {self.accept} accept / {self.retain} retain / {self.discard} discard"
+
+
+def count_columns_sql(column: str, values: tuple[str, ...]) -> str:
+    """`count(*) FILTER (WHERE column = 'v') AS v` for each of `values` (statuses or verdicts), the counts
+    `CandidateCounts.of` takes, in SQL."""
+    return ", ".join(f"count(*) FILTER (WHERE {column} = '{v}') AS \"{v}\"" for v in values)
