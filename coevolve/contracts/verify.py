@@ -11,6 +11,7 @@ web view and SQL (`reason_code_sql`).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -58,7 +59,7 @@ class VerdictReason:
     @property
     def output(self) -> str:
         """Its discards' count in the round summary and tracking."""
-        return "discarded_" + self.code.replace(" ", "_")
+        return "discarded_" + re.sub(r"\W+", "_", self.code)
 
 
 OTHER = "other"

@@ -83,8 +83,9 @@ def is_rare(count: pl.Expr, total: pl.Expr, theta: float) -> pl.Expr:
 
 # --- the kinds ----------------------------------------------------------------------------------
 
-def _marked(frame: pl.LazyFrame, kind: str, round_: int, evidence: pl.Expr,
-            tool: pl.Expr | None = None) -> pl.LazyFrame:
+def marked_signals(frame: pl.LazyFrame, kind: str, round_: int, evidence: pl.Expr,
+                   tool: pl.Expr | None = None) -> pl.LazyFrame:
+    """`frame`'s trajectories as signals of `kind` (what a rule returns); `evidence` a struct, stored as JSON."""
     return frame.select(
         kind=pl.lit(kind), task_id="task_id", trajectory_id="trajectory_id",
         round=pl.lit(round_, dtype=pl.Int32), evidence=evidence.struct.json_encode(),
@@ -124,7 +125,7 @@ def forgetting_signals(trajectories: pl.LazyFrame, *, round_: int, window: int,
     fired = now.join(best, on="task_id").filter(is_forgotten(pl.col("best_score"), pl.col("score")))
     failed = trajectories.filter(pl.col("round") == round_, pl.col("reward") < SUCCESS)
     evidence = pl.struct("score", "best_score", "best_round", "attempts", scored_on=pl.lit(score))
-    return _marked(failed.join(fired, on="task_id"), "forgetting", round_, evidence)
+    return marked_signals(failed.join(fired, on="task_id"), "forgetting", round_, evidence)
 
 
 def boundary_signals(trajectories: pl.LazyFrame, *, round_: int) -> pl.LazyFrame:
@@ -138,7 +139,7 @@ def boundary_signals(trajectories: pl.LazyFrame, *, round_: int) -> pl.LazyFrame
         samples=pl.len(), mean=pl.col("reward").mean(),
     ).filter(is_boundary(pl.col("successes"), pl.col("failures")))
     evidence = pl.struct("successes", "failures", "samples", "mean")
-    return _marked(current.join(groups, on="task_id"), "boundary", round_, evidence)
+    return marked_signals(current.join(groups, on="task_id"), "boundary", round_, evidence)
 
 
 def action_patterns(calls: pl.LazyFrame, pattern: str) -> pl.LazyFrame:
@@ -191,7 +192,7 @@ def rare_signals(
     marked = trajectories.filter(pl.col("round") == round_).join(per_trajectory, on="trajectory_id")
     evidence = pl.struct(
         pattern_kind=pl.lit(pattern), total="total", first_round=pl.lit(first), patterns="patterns")
-    return _marked(marked, "rare", round_, evidence)
+    return marked_signals(marked, "rare", round_, evidence)
 
 
 def unused_offered(
@@ -239,7 +240,7 @@ def unused_signals(
     )
     evidence = pl.struct("tool", "offered_trajectories", "offered_tasks",
                          window_calls=pl.lit(0), first_round=pl.lit(first))
-    return _marked(per_tool, "unused", round_, evidence, tool=pl.col("tool"))
+    return marked_signals(per_tool, "unused", round_, evidence, tool=pl.col("tool"))
 
 
 # --- the stage ----------------------------------------------------------------------------------
