@@ -22,8 +22,8 @@ from coevolve.benchmarks.suite import argument_parser
 from coevolve.llm.chat import ChatFormat
 from coevolve.llm.hf_engine import HfEngine
 from coevolve.llm.models import load_model
-from coevolve.prompts import REFLECT_PREFIX
 from coevolve.stages.explore.exploration import Target, parse_context, reflection_messages
+from coevolve.stages.explore.prompting import REFLECT_PREFIX
 
 FAILED_STEP = {"step": 0, "call_index": 0, "kind": "call", "tool": "balance", "arguments": "{}", "ok": False,
                "observation": 'unknown tool "balance"', "reply": ""}  # fmt: skip

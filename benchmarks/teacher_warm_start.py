@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from coevolve.benchmarks.learning.plan import DEFAULT_CONFIG, TEACHER_BUILD
+from coevolve.benchmarks.learning.arms import DEFAULT_CONFIG, TEACHER_BUILD
 from coevolve.benchmarks.suite import argument_parser
 from coevolve.stages.warm_start.build import MAX_DISTRACTORS
 

@@ -108,7 +108,7 @@ def run(
 def _print_finished(ctx, rounds: int) -> None:
     from coevolve.flows.summary import round_line, run_metrics
     from coevolve.flows.tracking import save_tracking_choice, track_rounds
-    from coevolve.stages.plan import round_plan
+    from coevolve.stages.round_plan import round_plan
 
     rows = run_metrics(ctx.store, rounds)
     for row in rows:
@@ -159,7 +159,7 @@ def stage(
     config sections it touches recompute when they next run. What reads the rewritten stage is stale until
     then: the command names it, as `coevolve runs` does, and `coevolve run --run NAME` recomputes it."""
     from coevolve.flows.runs import check_round
-    from coevolve.stages.plan import get_stage
+    from coevolve.stages.round_plan import get_stage
 
     layout = run_layout(root, run_name)
     if not layout.config_path.exists():
@@ -192,8 +192,8 @@ def stage(
 def _rerun_stage(stage_def, cfg, layout, round_: int, *, force: bool):
     """The stage in this process, as a `coevolve-stage` flow run when a Prefect API is configured."""
     from coevolve.flows.prefect_api import configured_api_url
+    from coevolve.flows.run_context import open_run
     from coevolve.pipeline.runner import run_stage
-    from coevolve.stages.run_context import open_run
 
     if not configured_api_url():
         return run_stage(stage_def, open_run(cfg, layout.run, layout.root), round_, force=force)
@@ -231,8 +231,8 @@ def evaluate(
     the `evaluations` artifact that `coevolve sql`, `coevolve runs` and the web view show
     (flows/reevaluate.py)."""
     from coevolve.flows.reevaluate import reevaluate
+    from coevolve.flows.run_context import open_run
     from coevolve.flows.runs import load_saved_config
-    from coevolve.stages.run_context import open_run
 
     layout = run_layout(root, run_name)
     if not layout.config_path.exists():
@@ -330,7 +330,7 @@ def fork(
 def _did_you_mean(name: str) -> str:
     import difflib
 
-    from coevolve.stages.plan import STAGES
+    from coevolve.stages.round_plan import STAGES
 
     close = difflib.get_close_matches(name, list(STAGES), n=1)
     return f"Did you mean `{close[0]}`?" if close else "See `coevolve stage --help`."

@@ -25,14 +25,14 @@ from typing import Any
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
+from coevolve.flows.run_context import open_run
 from coevolve.flows.runs import RunError, RunSpec, load_saved_config, resolve_run, rounds_to_run
 from coevolve.flows.summary import publish_round, round_line, round_metrics
 from coevolve.flows.tracking import track_rounds
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.runner import StageRecord, is_cached, run_stage, stage_key
 from coevolve.pipeline.stage import StageDef
-from coevolve.stages.plan import rollout_ahead_beside, round_plan
-from coevolve.stages.run_context import open_run
+from coevolve.stages.round_plan import rollout_ahead_beside, round_plan
 from coevolve.storage.catalog import build_catalog
 from coevolve.storage.parquet import write_text_atomic
 
@@ -296,7 +296,7 @@ def run_context(ctx: RunContext, *, rounds: int | None = None, more: int | None 
 def coevolve_stage(stage: str, run: str, round: int, root: str, force: bool = False) -> dict[str, Any]:
     """Re-run one stage of a run from its cached inputs (`coevolve stage`, when a Prefect API is configured;
     the command holds the run's lock)."""
-    from coevolve.stages.plan import get_stage
+    from coevolve.stages.round_plan import get_stage
     from coevolve.storage.layout import RunLayout
 
     layout = RunLayout(Path(root), run)

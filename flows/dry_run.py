@@ -21,7 +21,7 @@ from typing import Any
 
 from coevolve.config import CoevolveConfig
 from coevolve.config.paper import SETTINGS, Equals, differences
-from coevolve.stages.plan import evolves
+from coevolve.stages.round_plan import evolves
 
 
 def _has(path: str) -> bool:

@@ -32,13 +32,13 @@ import pyarrow as pa
 from coevolve.agents.ledger import group_id, trajectory_id
 from coevolve.config import CoevolveConfig
 from coevolve.core import content_hash
+from coevolve.flows.run_context import open_run
 from coevolve.flows.runs import RunError, load_saved_config
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.runner import is_cached, stage_key
 from coevolve.pipeline.stage import StageDef
 from coevolve.run_files import atomic_file, refuse_links
-from coevolve.stages.plan import round_plan
-from coevolve.stages.run_context import open_run
+from coevolve.stages.round_plan import round_plan
 from coevolve.storage.layout import RunLayout, checkpoint_name
 from coevolve.storage.lock import run_lock
 from coevolve.storage.manifest import Manifest

@@ -35,11 +35,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from coevolve.config import CoevolveConfig, load_config, parse_config
+from coevolve.flows.run_context import open_run
 from coevolve.flows.validate import check_run_config
 from coevolve.pipeline.context import RunContext
 from coevolve.run_files import human_size
-from coevolve.stages.plan import round_plan
-from coevolve.stages.run_context import open_run
+from coevolve.stages.round_plan import round_plan
 from coevolve.storage.layout import RunLayout, storage_root
 from coevolve.storage.staleness import stale_stages
 

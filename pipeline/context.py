@@ -10,7 +10,7 @@ inference engine from its loaded model (default: `HfEngine` in process, `OpenAIE
 What the context builds with code `pipeline` may not import (a phase's logic and the executors share its
 floor) comes in as `RunServices`: the warm starts of the config's `warm_start` section
 (`stages/warm_start/build.py`) and environments in Ray actors (`executors/ray_envs.py`).
-`stages.run_context.open_run` wires them; that is how a run is opened:
+`flows.run_context.open_run` wires them; that is how a run is opened:
 
     ctx = open_run(config, "demo", Path("runs"))
     ctx = open_run(config, "t", tmp, teacher_factory=ScriptedTeacherFactory(...))   # tests

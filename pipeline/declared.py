@@ -70,7 +70,7 @@ class DeclaredConfig:
         return f"DeclaredConfig({self._stage}: {', '.join(self._declared)})"
 
 
-SERVICES = frozenset({
+FORWARDED = frozenset({
     "run", "store", "quiet", "say", "progress", "policy_after", "checked_policy_after", "build_warm_starts",
 })  # fmt: skip
 """What a stage's context forwards from the run's: its name and storage, output, the policy versions
@@ -86,8 +86,8 @@ class StageContext:
         self.config = DeclaredConfig(ctx.config, declared, stage)
 
     def __getattr__(self, name: str) -> Any:
-        if name not in SERVICES:
-            raise AttributeError(f"a stage's context offers config and {', '.join(sorted(SERVICES))}; not {name!r}")
+        if name not in FORWARDED:
+            raise AttributeError(f"a stage's context offers config and {', '.join(sorted(FORWARDED))}; not {name!r}")
         return getattr(self._ctx, name)
 
     def make_env(self) -> Environment:

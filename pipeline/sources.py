@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from coevolve.pipeline.context import RunContext
-from coevolve.pipeline.stage import Artifact, Dataset, EvolutionPolicy, Policy, StageDef, Teacher
+from coevolve.pipeline.stage import Artifact, Dataset, EvolutionPolicy, EvolutionTeacher, Policy, StageDef
 from coevolve.storage.manifest import InputRef
 
 POLICY_OUTPUT = "outputs.policy_version"
@@ -42,7 +42,7 @@ def _sources(read: Any, ctx: RunContext, round_: int) -> list[InputRef]:
         return _policy(ctx, read.policy_round(ctx, round_))
     if isinstance(read, EvolutionPolicy):
         return _policy(ctx, read.policy_round(ctx, round_))
-    if isinstance(read, Teacher):
+    if isinstance(read, EvolutionTeacher):
         policy_teacher = ctx.config.teacher.type == "policy"
         return _policy(ctx, -1 if read.base else ctx.evolution_policy_round(round_)) if policy_teacher else []
     inner = getattr(read, "read", None)

@@ -9,17 +9,21 @@
 
 The runner (`pipeline.runner`) derives both the cache key and the inputs handed to `compute` from that
 declaration: every `Read` names a content hash for the key (`key_part`, cheap: manifests and ids) and a
-value for the stage (`load`, only when the stage really runs). A stage never reads storage behind its
-declaration's back, and its config is limited to the fields it declares (`pipeline.declared`), so what
-its key covers and what it uses cannot drift apart.
+value for the stage (`load`, only when the stage really runs), and its config is limited to the fields it
+declares (`pipeline.declared`), so what its key covers and what it uses cannot drift apart. What is
+declared is what is keyed, not every file a stage opens: a `Policy` read keys the policy version and the
+stage may load that version's checkpoint (the round's update starts from it), and a launched update
+(`executors.accelerate_update`) reads the `samples` artifact that the grpo_update stage declares, from
+storage, in its own processes; neither can change without the declared value changing.
 
 Reads:
 - `Artifact(stage, artifact, rounds)`: an upstream artifact of the selected rounds (`this_round`,
   `rounds_so_far`, or a stage's own such as `signals.rare_window`); keyed by the files' sha256; loaded as an `Upstream` (tables on demand).
 - `Dataset()`: the dataset version D_r the round trains on (`storage.datasets`); keyed by its file's sha256.
 - `Policy(after_round=...)` / `EvolutionPolicy()`: the policy version that generates; keyed by its name,
-  loaded into memory (`RunContext.use_policy`).
-- `Teacher()`: the teacher of the round's evolution; keyed by its version (`agents.teacher.teacher_version`).
+  loaded into memory (`RunContext.use_policy`). (A read declaration, not the model: that is
+  `agents.policy.Policy`.)
+- `EvolutionTeacher()`: the teacher LLM of the round's evolution; keyed by its version (`agents.teacher.teacher_version`).
 - `EnvTasks(splits_field)`: the environment's tasks of the splits a config field names; keyed by their ids.
 - `When(field, read)`: `read` only while a config field is set.
 """
@@ -161,8 +165,9 @@ class EvolutionPolicy:
 
 
 @dataclass(frozen=True)
-class Teacher:
-    """The teacher LLM of the round's evolution (`base=True`: a policy teacher is the initial policy)."""
+class EvolutionTeacher:
+    """The teacher LLM of the round's evolution (`base=True`: a policy teacher is the initial policy); loads an
+    `agents.teacher.Teacher`."""
 
     base: bool = False
 

@@ -1,6 +1,5 @@
 """The stages: one package per phase, named after its stage, holding its declaration (`stage.py`), its
-logic (pure functions beside it) and its prompts. Which stages a round runs, in order: `plan.py`; a run's
-context with its warm starts and remote environments wired in: `run_context.py` (`open_run`).
+logic (pure functions beside it) and its prompts. Which stages a round runs, in order: `round_plan.py`.
 
     warm_start/  bootstrap/  baseline/                          round 0 only
     rollout/                                                    step 1

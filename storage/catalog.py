@@ -70,11 +70,6 @@ def artifact_glob(root: Path | None, artifact: str) -> str:
     return relative_glob(artifact) if root is None else str(root.resolve() / relative_glob(artifact))
 
 
-def present_artifacts(root: Path) -> list[str]:
-    """Artifacts that have at least one file under `root` (a view over an empty glob would fail)."""
-    return [name for name in ARTIFACTS if any(root.glob(relative_glob(name)))]
-
-
 def unreadable_reason(path: Path) -> str | None:
     """Why `path` does not read as Parquet, to follow its name in a sentence: the operating system's
     refusal ("cannot be opened (Permission denied)") or a footer that does not parse ("is not readable

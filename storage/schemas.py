@@ -18,7 +18,6 @@ from coevolve.contracts.arrow import artifact_schema as _schema
 from coevolve.contracts.signals import signals_schema
 from coevolve.contracts.verify import verifications_schema
 
-
 TRAJECTORIES = _schema(
     1,
     pa.field("trajectory_id", pa.string(), nullable=False),

@@ -74,7 +74,7 @@ def run_evolved(root: Path, run: str = "evo", rounds: int = 2) -> dict:
 
     from coevolve.config import load_config
     from coevolve.flows.coevolve import run_context
-    from coevolve.stages.run_context import open_run
+    from coevolve.flows.run_context import open_run
 
     @flow(name="coevolve-with-fakes")
     def evolve_with_fakes(root: str, run: str, rounds: int) -> dict:
@@ -99,7 +99,7 @@ def fake_context(cfg, root, tokenizer, *, solve="alternate"):
     the one loaded and trained). On a task it does not know (a synthesized one, at verification) the
     policy calls the tools that need no argument and quotes the last result, which answers the scripted
     teacher's tasks: verification admits them."""
-    from coevolve.stages.run_context import open_run
+    from coevolve.flows.run_context import open_run
     from tests.fakes.teacher import OracleEngine, ScriptedTeacher
 
     train = open_run(cfg, "evo", root).env_tasks("train")

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import polars as pl
 
+from coevolve.benchmarks.learning.arms import ARMS, REGIMES, Plan
 from coevolve.benchmarks.learning.outcomes import reported_outcomes
-from coevolve.benchmarks.learning.plan import ARMS, REGIMES, Plan
 from coevolve.benchmarks.learning.report import record_runs, report
 from coevolve.benchmarks.learning.runs import ensure_shared_baseline, prepare, run_arms
 from coevolve.benchmarks.learning.statistics import differences, paired_test

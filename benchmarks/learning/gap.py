@@ -18,7 +18,7 @@ from pathlib import Path
 
 import polars as pl
 
-from coevolve.benchmarks.learning.plan import Plan
+from coevolve.benchmarks.learning.arms import Plan
 
 SAMPLES = 4
 MAX_SUCCESS = 0.10
@@ -33,9 +33,9 @@ def measure_gap_families(plan: Plan, out: Path) -> str:
     from coevolve.benchmarks.learning.runs import prepare
     from coevolve.config import load_config
     from coevolve.envs.toolworld.families_gap import CANDIDATES
+    from coevolve.flows.run_context import open_run
     from coevolve.pipeline.runner import run_stage
     from coevolve.stages.baseline.stage import BASELINE
-    from coevolve.stages.run_context import open_run
     from coevolve.storage.parquet import write_table, write_text_atomic
 
     plan, root = prepare(replace(plan, arms=("grpo",)))  # the shared warm start only

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import polars as pl
 
-from coevolve.benchmarks.learning.plan import OWN_TEACHER_ARMS, TEACHERLESS_ARMS, Plan
+from coevolve.benchmarks.learning.arms import OWN_TEACHER_ARMS, TEACHERLESS_ARMS, Plan
 from coevolve.benchmarks.learning.tables import scalar_table
 
 
@@ -56,7 +56,7 @@ def code_version() -> str:
     changes) as one key. A refactor keeps it; a change of what any stage computes moves it, and outcomes
     measured before and after are two experiments."""
     from coevolve.core import content_hash
-    from coevolve.stages.plan import STAGES
+    from coevolve.stages.round_plan import STAGES
 
     return content_hash([[stage.name, stage.version] for stage in STAGES.values()])[:12]
 

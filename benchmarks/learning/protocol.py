@@ -21,8 +21,8 @@ import datetime
 import json
 from pathlib import Path
 
+from coevolve.benchmarks.learning.arms import Plan
 from coevolve.benchmarks.learning.outcomes import code_version, plan_fingerprint
-from coevolve.benchmarks.learning.plan import Plan
 
 FROZEN = "frozen-plan.json"
 POWER = 0.8

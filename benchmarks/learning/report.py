@@ -11,6 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
+from coevolve.benchmarks.learning.arms import ARMS, Plan
 from coevolve.benchmarks.learning.audit import link_table
 from coevolve.benchmarks.learning.coverage import gap_tools
 from coevolve.benchmarks.learning.outcomes import (
@@ -21,7 +22,6 @@ from coevolve.benchmarks.learning.outcomes import (
     plan_fingerprint,
     reported_outcomes,
 )
-from coevolve.benchmarks.learning.plan import ARMS, Plan
 from coevolve.benchmarks.learning.run_record import RECORD, recorded_tables
 from coevolve.benchmarks.learning.statistics import (
     bootstrap_difference,

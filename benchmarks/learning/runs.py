@@ -15,7 +15,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from coevolve.benchmarks.learning.plan import (
+from coevolve.benchmarks.learning.arms import (
     ARM_MEANINGS,
     ARMS,
     OWN_TEACHER_ARMS,
@@ -97,9 +97,9 @@ def ensure_shared_baseline(plan: Plan, root: Path, carried: Path | None = None, 
 
 def _compute_baseline(plan: Plan, root: Path, name: str) -> None:
     from coevolve.config import load_config
+    from coevolve.flows.run_context import open_run
     from coevolve.pipeline.runner import run_stage
-    from coevolve.stages.plan import round_plan
-    from coevolve.stages.run_context import open_run
+    from coevolve.stages.round_plan import round_plan
     from coevolve.storage.parquet import write_text_atomic
 
     config = load_config(plan.config, run_overrides(plan, "grpo", plan.seed_base))

@@ -3,7 +3,7 @@
 - stage.py: the stage
 - abstraction.py: groups, the abstraction prompt's calls, parsing replies into candidates
 - similarity.py: when two tasks are the same task (duplicates; the contamination guard uses it too)
-- prompts/: abstract.md
+- prompting.py, prompts/: abstract.md and the start of its reply
 
 Tests: tests/unit/test_abstraction.py, test_single_call_lineage.py.
 """

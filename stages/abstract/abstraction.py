@@ -22,7 +22,7 @@ from coevolve.agents.teacher import Teacher
 from coevolve.core import ToolCall, content_hash
 from coevolve.envs.base import Environment, Task
 from coevolve.llm.replies import JsonReplyError, extract_json, short_text
-from coevolve.prompts import abstract_prefix, render_prompt
+from coevolve.stages.abstract.prompting import abstract_prefix, render_prompt
 from coevolve.stages.abstract.questions import question_prefix
 from coevolve.stages.abstract.similarity import jaccard, solution_signature, task_signature
 from coevolve.stages.explore.exploration import offered_tools, tools_text

@@ -17,7 +17,7 @@ from coevolve.contracts.abstract import abstract_outputs
 from coevolve.core import round_seed
 from coevolve.envs.base import Task
 from coevolve.pipeline.declared import StageContext
-from coevolve.pipeline.stage import Artifact, Dataset, Inputs, StageDef, StageResult, Teacher
+from coevolve.pipeline.stage import Artifact, Dataset, EvolutionTeacher, Inputs, StageDef, StageResult
 from coevolve.stages.abstract.abstraction import (
     abstract_groups,
     build_groups,
@@ -63,7 +63,7 @@ ABSTRACT = StageDef(
     "abstract", 1,
     config=CONFIG,
     reads={"triples": Artifact("triples", "triples"), "explorations": Artifact("explore", "explorations"),
-           "dataset": Dataset(), "teacher": Teacher()},
+           "dataset": Dataset(), "teacher": EvolutionTeacher()},
     compute=compute_abstract,
 )
 
@@ -72,6 +72,6 @@ BOOTSTRAP_ABSTRACT = StageDef(
     config=tuple(dict.fromkeys((*CONFIG, *SEED_GUARD))),
     reads={"triples": Artifact("bootstrap-triples", "triples"),
            "explorations": Artifact("bootstrap-explore", "explorations"),
-           **SEED_READS, "teacher": Teacher(base=True)},
+           **SEED_READS, "teacher": EvolutionTeacher(base=True)},
     compute=compute_abstract,
 )

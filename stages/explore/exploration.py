@@ -33,8 +33,8 @@ from coevolve.core import content_hash
 from coevolve.envs.base import Environment, EnvironmentWrapper, Observation, Task
 from coevolve.llm.chat import describe_tool
 from coevolve.llm.replies import JsonReplyError, extract_json, short_text
-from coevolve.prompts import REFLECT_PREFIX, render_prompt
 from coevolve.stages.explore.named_tool import PrefilledEngine, reply_prefixes, with_named_tool
+from coevolve.stages.explore.prompting import REFLECT_PREFIX, render_prompt
 
 MAX_FIELD_CHARS = 1000
 

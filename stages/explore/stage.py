@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import random
 
-from coevolve.agents.teacher import Teacher as TeacherLLM
+from coevolve.agents.teacher import Teacher
 from coevolve.core import content_hash, round_seed
 from coevolve.envs.base import Task
 from coevolve.pipeline.declared import StageContext
@@ -35,10 +35,10 @@ from coevolve.pipeline.stage import (
     Artifact,
     Dataset,
     EnvTasks,
+    EvolutionTeacher,
     Inputs,
     StageDef,
     StageResult,
-    Teacher,
     rounds_so_far,
 )
 from coevolve.stages.explore.curriculum import TEACHER as ORACLE
@@ -94,7 +94,7 @@ def unguided_targets(ctx: StageContext, round_: int, worlds: list[Task], n: int,
     ]
 
 
-def explore_targets(ctx: StageContext, round_: int, teacher: TeacherLLM, targets: list[Target],
+def explore_targets(ctx: StageContext, round_: int, teacher: Teacher, targets: list[Target],
                     purpose: str) -> StageResult:
     cfg = ctx.config.explore
     with ctx.progress(f"round {round_} {purpose}", len(targets) * cfg.rounds) as advance:
@@ -148,7 +148,7 @@ EXPLORE = StageDef(
         "trajectories": Artifact("rollout", "trajectories", rounds_so_far),
         "steps": Artifact("rollout", "steps", rounds_so_far),
         "dataset": Dataset(),
-        "teacher": Teacher(),
+        "teacher": EvolutionTeacher(),
     },
     compute=compute_explore,
 )
@@ -156,6 +156,6 @@ EXPLORE = StageDef(
 BOOTSTRAP_EXPLORE = StageDef(
     "bootstrap-explore", 1,
     config=(*CONFIG, "dataset.bootstrap_split", "dataset.bootstrap_worlds"),
-    reads={"worlds": EnvTasks("dataset.bootstrap_split"), "teacher": Teacher(base=True)},
+    reads={"worlds": EnvTasks("dataset.bootstrap_split"), "teacher": EvolutionTeacher(base=True)},
     compute=compute_bootstrap_explore,
 )

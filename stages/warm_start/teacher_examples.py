@@ -17,8 +17,8 @@ from coevolve.agents.reference import reference_sample
 from coevolve.core import ToolCall
 from coevolve.envs.base import Environment, Task
 from coevolve.llm.chat import ChatFormat
-from coevolve.prompts import ABSTRACT_PREFIX, REFLECT_PREFIX
 from coevolve.stages.abstract.abstraction import Group, abstract_messages
+from coevolve.stages.abstract.prompting import ABSTRACT_PREFIX
 from coevolve.stages.explore.exploration import (
     ContextEnv,
     Target,
@@ -27,6 +27,7 @@ from coevolve.stages.explore.exploration import (
     reflection_messages,
 )
 from coevolve.stages.explore.named_tool import app_listing, is_listing, takes_no_argument, with_named_tool
+from coevolve.stages.explore.prompting import REFLECT_PREFIX
 
 
 def abstraction_sample(env: Environment, chat: ChatFormat, task: Task, max_tasks: int, *,

@@ -108,7 +108,7 @@ def test_an_unreadable_outcomes_file_is_named(tmp_path):
 
 
 def test_first_seed_runs_the_later_seeds_and_reports_every_seed():
-    from coevolve.benchmarks.learning.plan import Plan
+    from coevolve.benchmarks.learning.arms import Plan
 
     plan = Plan.make(quick=False, seeds=3, arms=["grpo", "coevolve", "no-rare"], first_seed=1)
     assert plan.runs() == [("grpo", 1), ("coevolve", 1), ("grpo", 2), ("coevolve", 2)]
@@ -212,7 +212,7 @@ def test_exploration_breadth_counts_calls_beyond_the_explored_tasks_solution(tmp
 
 
 def test_quick_plan_runs_and_reports(tmp_path, monkeypatch, prefect_api):
-    from coevolve.benchmarks.learning.plan import Plan
+    from coevolve.benchmarks.learning.arms import Plan
     from coevolve.benchmarks.learning.runs import run_benchmark
 
     monkeypatch.setenv("COEVOLVE_HOME", str(tmp_path / "runs"))
@@ -272,7 +272,7 @@ def test_quick_plan_runs_and_reports(tmp_path, monkeypatch, prefect_api):
 
 
 def test_evolving_arms_need_evolution_in_the_config():
-    from coevolve.benchmarks.learning.plan import Plan
+    from coevolve.benchmarks.learning.arms import Plan
     from coevolve.benchmarks.learning.runs import run_benchmark
 
     with pytest.raises(ValueError, match="evolve.every"):
@@ -282,7 +282,7 @@ def test_evolving_arms_need_evolution_in_the_config():
 
 
 def test_runs_in_parallel_processes_land_in_the_same_storage(tmp_path, monkeypatch, prefect_api):
-    from coevolve.benchmarks.learning.plan import Plan
+    from coevolve.benchmarks.learning.arms import Plan
     from coevolve.benchmarks.learning.runs import run_benchmark
 
     monkeypatch.setenv("COEVOLVE_HOME", str(tmp_path / "runs"))
@@ -300,7 +300,7 @@ def test_a_failed_run_process_is_named_with_its_log(tmp_path, monkeypatch):
     import sys
 
     from coevolve.benchmarks.learning import runs
-    from coevolve.benchmarks.learning.plan import Plan
+    from coevolve.benchmarks.learning.arms import Plan
 
     fake_command = lambda plan, arm, seed, root: [sys.executable, "-c", f"raise SystemExit({int(arm == 'grpo') * 3})"]  # noqa: E731
     monkeypatch.setattr(runs, "run_command", fake_command)

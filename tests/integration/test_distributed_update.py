@@ -52,11 +52,11 @@ def test_two_processes_update_like_one(tmp_path, launcher, request):
     """Data parallel (whole copies), FSDP (sharded weights) or two machines (a worker joining each launch):
     the same update as one process."""
     from coevolve.config import load_config
+    from coevolve.flows.run_context import open_run
     from coevolve.pipeline.runner import run_stage
     from coevolve.stages.bootstrap.stage import BOOTSTRAP
     from coevolve.stages.grpo_update.stage import GRPO_UPDATE
     from coevolve.stages.rollout.stage import ROLLOUT
-    from coevolve.stages.run_context import open_run
     from coevolve.storage.catalog import query
 
     worker = request.getfixturevalue("second_machine") if launcher == "two-machines.yaml" else None
@@ -107,11 +107,11 @@ def test_two_processes_update_like_one(tmp_path, launcher, request):
 
 def test_a_missing_accelerate_config_names_the_field(tmp_path):
     from coevolve.config import load_config
+    from coevolve.flows.run_context import open_run
     from coevolve.pipeline.runner import run_stage
     from coevolve.stages.bootstrap.stage import BOOTSTRAP
     from coevolve.stages.grpo_update.stage import GRPO_UPDATE
     from coevolve.stages.rollout.stage import ROLLOUT
-    from coevolve.stages.run_context import open_run
 
     config = load_config(CONFIGS / "test-tiny.yaml", ["train.accelerate_config=nowhere/accelerate.yaml"])
     ctx = open_run(config, "broken", tmp_path, quiet=True)

@@ -50,7 +50,7 @@ def run_openenv_evolved(root: Path, task_file: Path) -> dict:
 
     from coevolve.config import load_config
     from coevolve.flows.coevolve import run_context
-    from coevolve.stages.run_context import open_run
+    from coevolve.flows.run_context import open_run
     from tests.fakes.teacher import OracleEngine
 
     @flow(name="coevolve-openenv-with-fakes")

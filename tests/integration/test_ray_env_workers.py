@@ -121,11 +121,11 @@ def test_a_dead_actor_is_an_episode_error_and_leaves_the_pool(ray_head):
 
 
 def test_stages_run_their_episodes_in_actors_with_the_same_results(ray_head, tmp_path):
+    from coevolve.flows.run_context import open_run
     from coevolve.pipeline.runner import run_stage
     from coevolve.stages.baseline.stage import BASELINE
     from coevolve.stages.bootstrap.stage import BOOTSTRAP
     from coevolve.stages.rollout.stage import ROLLOUT
-    from coevolve.stages.run_context import open_run
     from coevolve.storage.catalog import query
 
     rows = {}

@@ -7,8 +7,8 @@ import json
 
 from coevolve.core import ToolCall
 from coevolve.envs.base import Task
-from coevolve.prompts import ABSTRACT_PREFIX, abstract_prefix
 from coevolve.stages.abstract.abstraction import Group, abstract_groups, repair_answers
+from coevolve.stages.abstract.prompting import ABSTRACT_PREFIX, abstract_prefix
 from coevolve.stages.abstract.questions import question_prefix
 from coevolve.stages.abstract.similarity import jaccard, solution_signature
 from tests.fakes.teacher import ScriptedTeacher

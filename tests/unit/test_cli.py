@@ -48,7 +48,7 @@ def one_paragraph(result) -> str:
 
 def make_run(root: Path, run: str = "demo", rounds: int = 1, config: Path = TINY) -> RunLayout:
     """A run on disk: the saved config and, per round, a finished manifest for every planned stage."""
-    from coevolve.stages.plan import round_plan
+    from coevolve.stages.round_plan import round_plan
 
     layout = RunLayout(root, run)
     cfg = load_config(config)
@@ -70,7 +70,7 @@ def _outputs(stage: str, round_: int) -> dict:
 
 
 def context(layout: RunLayout):
-    from coevolve.stages.run_context import open_run
+    from coevolve.flows.run_context import open_run
 
     return open_run(load_config(layout.config_path), layout.run, layout.root, quiet=True)
 

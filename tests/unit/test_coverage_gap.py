@@ -29,9 +29,11 @@ def test_no_training_data_shows_a_gap_family_or_calls_a_gap_tool():
         assert not {t.family for t in tasks} & set(config.gap_families)
         assert not {c.name for t in tasks for turn in t.solution for c in turn} & gap
     shown = " ".join(m["content"] for m in env.demonstrations())
-    from coevolve import prompts
+    from coevolve.stages.abstract import prompting as abstract_prompts
+    from coevolve.stages.explore import prompting as explore_prompts
 
-    texts = [shown, *(prompts.prompt_template(name).template for name in ("abstract", "explore", "explore_follow_up", "reflect"))]
+    texts = [shown, *(p.prompt_template(name, p.__package__, p.PROMPTS).template
+                      for p in (abstract_prompts, explore_prompts) for name in p.PROMPTS)]  # fmt: skip
     assert not [tool for tool in gap for text in texts if tool in text]
     assert {t.family for t in env.tasks("gap-validation")} == set(config.gap_families)
     assert not {t.id for t in env.tasks("gap-validation")} & {t.id for t in env.tasks("gap-test")}

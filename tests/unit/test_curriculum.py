@@ -9,8 +9,8 @@ import json
 from coevolve.config import load_config
 from coevolve.pipeline.runner import run_stage
 from coevolve.stages.bootstrap.stage import BOOTSTRAP
-from coevolve.stages.plan import EVOLUTION
 from coevolve.stages.rollout.stage import ROLLOUT
+from coevolve.stages.round_plan import EVOLUTION
 from tests.conftest import CONFIGS, fake_context
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from coevolve.config import load_config
-from coevolve.stages.plan import EVOLUTION, round_plan
+from coevolve.stages.round_plan import EVOLUTION, round_plan
 from coevolve.stages.warm_start.build import with_warm_starts
 from tests.conftest import CONFIGS, REPO
 

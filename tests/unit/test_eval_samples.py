@@ -8,10 +8,10 @@ import pytest
 
 from coevolve.benchmarks.learning.outcomes import per_task_evals
 from coevolve.config import ConfigError, load_config
+from coevolve.flows.run_context import open_run
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.runner import run_stage
 from coevolve.stages.baseline.stage import BASELINE
-from coevolve.stages.run_context import open_run
 from coevolve.storage.catalog import query
 from tests.conftest import CONFIGS
 from tests.fakes.teacher import OracleEngine

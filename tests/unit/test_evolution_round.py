@@ -11,8 +11,8 @@ from coevolve.config import load_config
 from coevolve.envs.base import Task
 from coevolve.pipeline.runner import run_stage
 from coevolve.stages.bootstrap.stage import BOOTSTRAP
-from coevolve.stages.plan import EVOLUTION, round_plan
 from coevolve.stages.rollout.stage import ROLLOUT
+from coevolve.stages.round_plan import EVOLUTION, round_plan
 from coevolve.stages.signals.stage import SIGNALS
 from coevolve.storage.catalog import query
 from coevolve.storage.manifest import Manifest
@@ -89,7 +89,7 @@ def _write_rollout(ctx, round_: int, rewards: dict[str, list[float]]) -> None:
 
 
 def test_signals_stage_marks_every_round_since_the_last_evolution(tmp_path):
-    from coevolve.stages.run_context import open_run
+    from coevolve.flows.run_context import open_run
 
     ctx = open_run(
         config("evolve.every=2", "signals.kinds=[forgetting, boundary]"), "led", tmp_path, quiet=True
@@ -222,7 +222,7 @@ def test_unguided_exploration_ignores_the_signals(tmp_path, tokenizer):
 
 def test_bootstrap_explores_to_extend_d0(tmp_path, tokenizer):
     """Round 0 runs the evolution stages unguided before the first rollout; bootstrap takes up to N tasks."""
-    from coevolve.stages.plan import BOOTSTRAP_EVOLUTION
+    from coevolve.stages.round_plan import BOOTSTRAP_EVOLUTION
 
     cfg = config("dataset.max_tasks=3", "dataset.bootstrap_tasks=2", "dataset.bootstrap_worlds=3")
     assert [s.name for s in round_plan(cfg, 0)][:5] == [*(s.name for s in BOOTSTRAP_EVOLUTION), "bootstrap"]

@@ -9,7 +9,8 @@ import pytest
 from coevolve.llm.engine import SamplingParams
 from coevolve.llm.openai_engine import OpenAIEngine, OpenAIEngineError
 from coevolve.llm.replies import MAX_JSON_DEPTH, MAX_REPLY_CHARS, JsonReplyError, extract_json
-from coevolve.prompts import prompt_template, render_prompt
+from coevolve.stages.abstract import prompting as abstract_prompts
+from coevolve.stages.explore import prompting as explore_prompts
 from tests.fakes.openai_server import FakeOpenAIServer
 
 # --- extract_json -------------------------------------------------------------------------------
@@ -64,13 +65,14 @@ def test_extract_json_never_evaluates_code():
 
 @pytest.mark.parametrize("name", ["reflect", "explore", "abstract"])
 def test_prompt_files_render_and_show_a_parsable_example(name):
-    template = prompt_template(name)
+    prompts = abstract_prompts if name == "abstract" else explore_prompts  # each beside the phase that sends it
+    template = prompts.prompt_template(name, prompts.__package__, prompts.PROMPTS)
     placeholders = {
         m.group("named") or m.group("braced")
         for m in template.pattern.finditer(template.template)
         if m.group("named") or m.group("braced")
     }
-    text = render_prompt(name, **{p: f"<{p}>" for p in placeholders})
+    text = prompts.render_prompt(name, **{p: f"<{p}>" for p in placeholders})
     assert "$" not in text
     if name != "explore":  # the JSON-answering prompts carry one parsable example reply
         example = text.split("Example reply:")[1]
@@ -177,7 +179,7 @@ def test_client_errors_fail_at_once_and_unknown_shapes_are_errors():
 
 def test_make_teacher_openai_uses_the_configured_server(tmp_path):
     from coevolve.config import parse_config
-    from coevolve.stages.run_context import open_run
+    from coevolve.flows.run_context import open_run
 
     with FakeOpenAIServer(chat_replies=[json.dumps({"plan": "p"})]) as server:
         cfg = parse_config(
@@ -202,8 +204,8 @@ def test_make_teacher_openai_uses_the_configured_server(tmp_path):
 
 def test_make_teacher_local_loads_its_own_model_once(tmp_path):
     from coevolve.config import parse_config
-    from coevolve.prompts import REFLECT_PREFIX
-    from coevolve.stages.run_context import open_run
+    from coevolve.flows.run_context import open_run
+    from coevolve.stages.explore.prompting import REFLECT_PREFIX
 
     cfg = parse_config({"model": {"name": "tiny-random-llama"},
                         "teacher": {"type": "local", "model": "tiny-random-llama", "max_new_tokens": 4}},
@@ -225,7 +227,7 @@ def test_engine_teacher_starts_its_reply_with_the_prefix():
     from coevolve.llm.chat import ChatFormat
     from coevolve.llm.hf_engine import HfEngine
     from coevolve.llm.models import load_model
-    from coevolve.prompts import REFLECT_PREFIX
+    from coevolve.stages.explore.prompting import REFLECT_PREFIX
 
     model, tokenizer = load_model("tiny-random-llama")
     teacher = EngineTeacher(

@@ -17,11 +17,11 @@ from coevolve.cli import app
 from coevolve.config import load_config
 from coevolve.flows.coevolve import save_resolved_config
 from coevolve.flows.render import unreadable_notes
+from coevolve.flows.run_context import open_run
 from coevolve.flows.runs import rounds_to_run
 from coevolve.flows.summary import round_line
 from coevolve.pipeline.runner import run_stage
-from coevolve.stages.plan import round_plan
-from coevolve.stages.run_context import open_run
+from coevolve.stages.round_plan import round_plan
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.manifest import FileRef, Manifest
 from coevolve.storage.parquet import ArtifactError

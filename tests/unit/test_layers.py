@@ -4,14 +4,14 @@ docs/architecture.md and README.md are this file's `LAYERS`, row for row.
 Layers, lowest first (a module imports only from its own package or a lower layer). Each top-level folder
 of the repository is one package of the namespace `coevolve` (`FOLDERS`: `flows/` is `coevolve.flows`):
 
-    0  coevolve/     shared ids and types, the run config, child processes, file hashes, the prompt loader
+    0  coevolve/     shared ids and types, the run config, the phases' contracts, child processes, file hashes
     1  storage/ envs/ llm/ rl/   (envs and rl may use llm: its tool-call parser, its chat template)
     2  agents/ ui/   policy, teacher, episode loop, ledger rows; the web view (reads storage only)
     3  executors/ stages/<phase>/ (but stage.py) pipeline/   where work runs; each phase's logic; the stage
                      contract, run context and runner (none of the three imports another)
-    4  stages/plan.py, stages/run_context.py, stages/<phase>/stage.py   each stage's declaration; the round
-                     plan; opening a run (its context with warm starts and Ray environments wired in)
-    5  flows/        the Prefect flow, run resolution, fork, summaries
+    4  stages/round_plan.py, stages/<phase>/stage.py   each stage's declaration; the round plan
+    5  flows/        the Prefect flow, opening a run (its context with warm starts and Ray environments wired
+                     in), run resolution, fork, summaries
     6  benchmarks/   the benchmark suite
     7  cli/          the command line, over everything (`coevolve bench` included)
 
@@ -48,7 +48,7 @@ FOLDERS = {"coevolve": "coevolve", "agents": "coevolve.agents", "benchmarks": "c
            "storage": "coevolve.storage", "ui": "coevolve.ui"}  # fmt: skip
 PHASE_LOGIC = ("stages", "coevolve.stages.*")
 """The second package of `stages/`: every module of a phase's folder but its `stage.py`."""
-STAGE_WIRING = ("coevolve.stages.plan", "coevolve.stages.run_context")
+STAGE_WIRING = ("coevolve.stages.round_plan",)
 """The modules of `stages/` outside a phase's folder, on the declarations' layer."""
 MAX_LINES = 400
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 import polars as pl
 import pytest
 
-from coevolve.benchmarks.learning.plan import ARMS, OWN_TEACHER_ARMS, Plan, run_overrides
+from coevolve.benchmarks.learning.arms import ARMS, OWN_TEACHER_ARMS, Plan, run_overrides
 from coevolve.config import load_config
 from tests.conftest import CONFIGS
 

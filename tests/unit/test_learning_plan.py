@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from coevolve.benchmarks.learning.plan import Plan
+from coevolve.benchmarks.learning.arms import Plan
 from coevolve.config import load_config
 from tests.conftest import CONFIGS
 
@@ -33,8 +33,8 @@ def test_the_ablation_regime_is_the_papers_table_each_arm_a_valid_config():
     sweep moves evolve.every, the weaker explorer keeps the config's own teacher."""
     from dataclasses import replace
 
-    from coevolve.benchmarks.learning.plan import ARM_MEANINGS, ARMS, REGIMES, run_overrides
-    from coevolve.stages.plan import evolves
+    from coevolve.benchmarks.learning.arms import ARM_MEANINGS, ARMS, REGIMES, run_overrides
+    from coevolve.stages.round_plan import evolves
 
     plan = Plan.make(quick=False, regime="ablation", seeds=1)
     assert plan.config == REGIMES["in-distribution"].config and plan.run_name("unguided", 0) == "ablation-unguided-s0"

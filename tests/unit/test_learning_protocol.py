@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from coevolve.benchmarks.learning.arms import Plan
 from coevolve.benchmarks.learning.outcomes import code_version
-from coevolve.benchmarks.learning.plan import Plan
 from coevolve.benchmarks.learning.protocol import FROZEN, ProtocolError, check_frozen, freeze
 
 ARMS = ["grpo", "oracle-gap", "coevolve"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from coevolve.benchmarks.learning.plan import REGIMES, Plan, run_overrides
+from coevolve.benchmarks.learning.arms import REGIMES, Plan, run_overrides
 from coevolve.config import ConfigError, PolicyTeacherConfig, load_config
 from coevolve.flows.dry_run import dry_run
 from tests.conftest import CONFIGS

@@ -18,8 +18,8 @@ from coevolve.flows.summary import markdown_summary, round_line, round_metrics
 from coevolve.flows.tracking import round_points
 from coevolve.pipeline.runner import run_stage
 from coevolve.stages.bootstrap.stage import BOOTSTRAP
-from coevolve.stages.plan import EVOLUTION
 from coevolve.stages.rollout.stage import ROLLOUT
+from coevolve.stages.round_plan import EVOLUTION
 from coevolve.storage.catalog import query
 from coevolve.ui.app import create_app
 from tests.conftest import CONFIGS, fake_context

@@ -18,6 +18,7 @@ import torch
 
 from coevolve import file_hashes
 from coevolve.config import load_config
+from coevolve.flows.run_context import open_run
 from coevolve.pipeline.runner import is_cached, run_stage, stage_key
 from coevolve.pipeline.stage import StageDef, StageResult
 from coevolve.rl import checkpoint as rl_checkpoint
@@ -25,7 +26,6 @@ from coevolve.rl.checkpoint import CorruptCheckpointError, load_weights, save_ch
 from coevolve.stages.bootstrap.stage import BOOTSTRAP
 from coevolve.stages.grpo_update.stage import GRPO_UPDATE
 from coevolve.stages.rollout.stage import ROLLOUT
-from coevolve.stages.run_context import open_run
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.manifest import Manifest
 from coevolve.storage.parquet import ArtifactError, read_table

@@ -17,13 +17,13 @@ from coevolve.cli import app
 from coevolve.cli.support import quiet_libraries
 from coevolve.config import load_config
 from coevolve.flows.coevolve import save_resolved_config
+from coevolve.flows.run_context import open_run
 from coevolve.pipeline import context as context_module
 from coevolve.pipeline.context import PlainProgress, RunContext
 from coevolve.pipeline.runner import is_cached, run_stage, stage_key
 from coevolve.rl.checkpoint import OPTIMIZER_DROPPED, OPTIMIZER_FILE, read_optimizer_state
 from coevolve.stages.grpo_update.stage import GRPO_UPDATE
-from coevolve.stages.plan import round_plan
-from coevolve.stages.run_context import open_run
+from coevolve.stages.round_plan import round_plan
 from coevolve.storage.layout import checkpoint_name
 from coevolve.storage.store import RunStore
 from tests.conftest import CONFIGS, fake_context

@@ -8,12 +8,12 @@ import os
 import pytest
 
 from coevolve.config import load_config
+from coevolve.flows.run_context import open_run
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.runner import run_stage
 from coevolve.stages.bootstrap.stage import BOOTSTRAP
 from coevolve.stages.grpo_update.stage import GRPO_UPDATE
 from coevolve.stages.rollout.stage import ROLLOUT
-from coevolve.stages.run_context import open_run
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.lock import RunLockedError, run_lock
 from coevolve.storage.parquet import ArtifactError

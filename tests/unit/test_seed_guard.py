@@ -5,9 +5,9 @@ without a twin is the same as before the guard."""
 from __future__ import annotations
 
 from coevolve.config import load_config
+from coevolve.flows.run_context import open_run
 from coevolve.pipeline.runner import run_stage
 from coevolve.stages.bootstrap.stage import BOOTSTRAP
-from coevolve.stages.run_context import open_run
 from coevolve.stages.verify.contamination import HeldOut
 from coevolve.storage.datasets import seed_sample
 from tests.conftest import CONFIGS

@@ -285,7 +285,7 @@ def test_missing_columns_are_reported():
 
 def _stage_context(tmp_path, every: int, window: int):
     from coevolve.config import load_config
-    from coevolve.stages.run_context import open_run
+    from coevolve.flows.run_context import open_run
     from tests.conftest import CONFIGS
 
     config = load_config(CONFIGS / "test-tiny.yaml", [

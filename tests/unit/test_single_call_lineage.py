@@ -16,8 +16,8 @@ from coevolve.config import load_config
 from coevolve.envs.base import Task
 from coevolve.pipeline.runner import run_stage
 from coevolve.stages.bootstrap.stage import BOOTSTRAP
-from coevolve.stages.plan import EVOLUTION
 from coevolve.stages.rollout.stage import ROLLOUT
+from coevolve.stages.round_plan import EVOLUTION
 from coevolve.ui.app import create_app
 from coevolve.ui.lineage import lineage_chain, task_page
 from coevolve.ui.reader import RunsReader

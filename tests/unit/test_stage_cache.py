@@ -7,8 +7,8 @@ from coevolve.config import load_config
 from coevolve.pipeline.runner import run_stage
 from coevolve.stages.bootstrap.stage import BOOTSTRAP
 from coevolve.stages.grpo_update.stage import GRPO_UPDATE
-from coevolve.stages.plan import EVOLUTION, STAGES
 from coevolve.stages.rollout.stage import ROLLOUT
+from coevolve.stages.round_plan import EVOLUTION, STAGES
 from tests.conftest import CONFIGS, fake_context
 
 TEACHER_STAGES = ("signals", "explore", "triples", "abstract", "verify")

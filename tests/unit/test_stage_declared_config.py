@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from coevolve.config import load_config
+from coevolve.flows.run_context import open_run
 from coevolve.pipeline.declared import UndeclaredConfigError
 from coevolve.pipeline.runner import run_stage
 from coevolve.pipeline.stage import StageDef, StageResult
-from coevolve.stages.run_context import open_run
 from tests.conftest import CONFIGS
 
 

@@ -8,9 +8,9 @@ import errno
 import pytest
 
 from coevolve.config import load_config
+from coevolve.flows.run_context import open_run
 from coevolve.pipeline.runner import DiskFullError, run_stage
 from coevolve.pipeline.stage import StageDef, StageResult
-from coevolve.stages.run_context import open_run
 from coevolve.storage.parquet import ArtifactError
 from tests.conftest import CONFIGS
 

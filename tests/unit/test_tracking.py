@@ -109,7 +109,7 @@ def test_all_is_every_installed_tracker(monkeypatch):
 
 
 def test_tracking_is_in_no_stage_cache_key():
-    from coevolve.stages.plan import STAGES
+    from coevolve.stages.round_plan import STAGES
 
     assert not [s.name for s in STAGES.values() if any(p.split(".")[0] == "tracking" for p in s.config)]
 

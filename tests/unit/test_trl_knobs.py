@@ -250,7 +250,7 @@ def test_a_run_steps_its_updates_at_the_scheduled_rates_round_after_round(tmp_pa
     """Through the stages: each round's update logs the rates of its own steps on the run's schedule."""
     from coevolve.config import load_config
     from coevolve.pipeline.runner import run_stage
-    from coevolve.stages.plan import round_plan
+    from coevolve.stages.round_plan import round_plan
     from tests.conftest import CONFIGS, fake_context
 
     config = load_config(CONFIGS / "test-tiny.yaml", [

@@ -131,8 +131,8 @@ def test_warm_start_settings_are_validated():
 @pytest.mark.parametrize("distractors", [0, 2, 3])
 def test_abstraction_example_is_a_reply_the_real_parser_accepts(tiny, distractors):
     from coevolve.llm.replies import extract_json
-    from coevolve.prompts import ABSTRACT_PREFIX
     from coevolve.stages.abstract.abstraction import parse_task
+    from coevolve.stages.abstract.prompting import ABSTRACT_PREFIX
     from coevolve.stages.warm_start.teacher_examples import abstraction_sample
 
     _, tokenizer, chat = tiny
@@ -155,8 +155,8 @@ def test_abstraction_example_is_a_reply_the_real_parser_accepts(tiny, distractor
 
 @pytest.mark.parametrize("calls", [1, 2])
 def test_reflection_example_is_a_reply_the_real_parser_accepts(tiny, calls):
-    from coevolve.prompts import REFLECT_PREFIX
     from coevolve.stages.explore.exploration import parse_context
+    from coevolve.stages.explore.prompting import REFLECT_PREFIX
     from coevolve.stages.warm_start.teacher_examples import reflection_sample
 
     _, tokenizer, chat = tiny

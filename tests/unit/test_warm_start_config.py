@@ -8,8 +8,8 @@ import json
 import pytest
 
 from coevolve.config import ConfigError, load_config
+from coevolve.flows.run_context import open_run
 from coevolve.llm.models import resolve_model
-from coevolve.stages.run_context import open_run
 from coevolve.stages.warm_start.build import RECORD, with_warm_starts
 from tests.conftest import CONFIGS
 
@@ -64,7 +64,7 @@ def test_a_run_builds_its_starts_once_and_saves_the_config_as_written(tmp_path, 
 def test_the_warm_start_step_records_which_starts_a_run_uses(tmp_path, monkeypatch):
     from coevolve.file_hashes import file_sha256
     from coevolve.pipeline.runner import run_stage
-    from coevolve.stages.plan import round_plan
+    from coevolve.stages.round_plan import round_plan
     from coevolve.stages.warm_start.stage import WARM_START
 
     monkeypatch.setenv("COEVOLVE_CACHE", str(tmp_path / "cache"))

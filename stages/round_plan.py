@@ -6,7 +6,7 @@ explore -> triples -> abstract -> verify -> merge every `evolve.every` rounds] -
 [evaluate every `eval.every` rounds]. With `evolve.verify_after_update` the evolution follows grpo_update.
 With `rollout.max_staleness` > 0 round r+1's rollout runs beside round r's grpo_update (`rollout_ahead_beside`).
 
-    from coevolve.stages.plan import STAGES, round_plan
+    from coevolve.stages.round_plan import STAGES, round_plan
     [stage.name for stage in round_plan(config, 0)]
 """
 

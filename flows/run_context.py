@@ -1,14 +1,15 @@
 """Opening a run: its `RunContext` with the services its config names wired in, the one way the flow, the
 command line, the benchmarks and the tests get a run's context.
 
-    from coevolve.stages.run_context import open_run
+    from coevolve.flows.run_context import open_run
     ctx = open_run(config, "demo", Path("runs"))                     # config as written; warm starts named
     ctx = open_run(config, "t", tmp, teacher_factory=ScriptedTeacherFactory(...))   # tests' seams
 
 The services are the warm starts of the config's `warm_start` section (named now, built by the `warm-start`
 step before round 0, or by the first stage that needs one on a machine that lacks it) and, with
 `runtime.ray_address`, environments in Ray actors. Both are code of the phases and executors, on
-`pipeline`'s floor and below the stage declarations: wiring them here keeps `pipeline` free of them.
+`pipeline`'s floor: wiring them here, beside the flow that opens runs and above every phase, keeps
+`pipeline` free of them and the phases' folder free of what is not a phase.
 """
 
 from __future__ import annotations
