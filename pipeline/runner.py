@@ -105,6 +105,8 @@ def _run_stage(stage: StageDef, ctx: RunContext, round_: int, *, force: bool) ->
     try:
         view = StageContext(ctx, stage.config, stage.name)  # the config its key covers, nothing more
         result = stage.compute(view, round_, Inputs(ctx, round_, stage.reads, key))
+        if stage.writes is not None:
+            stage.writes.check(stage.name, set(result.artifacts))
         for name, rows in result.artifacts.items():
             manifest.artifacts[name] = ctx.store.write(round_, stage.name, name, rows)
         manifest.files = {str(folder.relative_to(ctx.store.layout.run_dir)): folder_refs(folder)

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
+from coevolve.contracts.phase import Writes
 from coevolve.core import content_hash
 
 if TYPE_CHECKING:
@@ -251,8 +252,9 @@ class Inputs(Mapping[str, Any]):
 @dataclass(frozen=True)
 class StageDef:
     """A stage: its name, code version (bump it when its output for the same inputs changes), the config
-    fields it depends on (dotted paths to a section or one field), what it reads, and its compute function
-    `(context, round, inputs) -> StageResult`; the context's config holds only the declared fields
+    fields it depends on (dotted paths to a section or one field), what it reads, its compute function
+    `(context, round, inputs) -> StageResult` and, from its phase's contract, what it writes (`writes`;
+    the runner refuses another artifact); the context's config holds only the declared fields
     (`pipeline.declared`: reading another is an error, so the key covers everything the stage reads)."""
 
     name: str
@@ -260,3 +262,4 @@ class StageDef:
     config: tuple[str, ...]
     reads: Mapping[str, Read]
     compute: Callable[[StageContext, int, Inputs], StageResult]
+    writes: Writes | None = None

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from coevolve.contracts.phase import Writes
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -36,6 +38,10 @@ def abstract_outputs(rows: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """An `abstract` run's manifest: its rows per status, every status named."""
     counts = Counter(r["status"] for r in rows)
     return {s: counts[s] for s in STATUSES}
+
+
+WRITES = Writes(("candidates",))
+"""What the `abstract` stages write (their manifest: `abstract_outputs`)."""
 
 
 def candidates_schema() -> pa.Schema:

@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from coevolve.contracts.phase import Writes
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -137,6 +139,10 @@ class SignalsOutputs:
     def counts(outputs: Mapping[str, Any]) -> dict[str, int | None]:
         """A manifest's count of every declared kind, by `output` name (None: the run did not ask for it)."""
         return {k.output: outputs.get(k.output) for k in signal_kinds()}
+
+
+WRITES = Writes(("signals",), SignalsOutputs)
+"""What the `signals` stage writes."""
 
 
 def signals_schema() -> pa.Schema:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from coevolve.contracts.phase import Writes
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -148,6 +150,10 @@ class VerifyOutputs:
 def reason_outputs() -> dict[str, str]:
     """Every declared reason code and `other` -> its count's name in the round summary."""
     return {**{r.code: r.output for r in _REASONS.values()}, OTHER: VerdictReason(OTHER, "").output}
+
+
+WRITES = Writes(("verifications", "trajectories", "steps"), VerifyOutputs)
+"""What the `verify` stages write: the verdicts, and the policy's attempts as episodes of source `verify`."""
 
 
 def verifications_schema() -> pa.Schema:

@@ -13,7 +13,7 @@ the explorations name (`stages.explore.curriculum`), `abstract.max_tasks_per_gro
 
 from __future__ import annotations
 
-from coevolve.contracts.abstract import abstract_outputs
+from coevolve.contracts.abstract import WRITES, abstract_outputs
 from coevolve.core import round_seed
 from coevolve.envs.base import Task
 from coevolve.pipeline.declared import StageContext
@@ -65,6 +65,7 @@ ABSTRACT = StageDef(
     reads={"triples": Artifact("triples", "triples"), "explorations": Artifact("explore", "explorations"),
            "dataset": Dataset(), "teacher": EvolutionTeacher()},
     compute=compute_abstract,
+    writes=WRITES,
 )
 
 BOOTSTRAP_ABSTRACT = StageDef(
@@ -74,4 +75,5 @@ BOOTSTRAP_ABSTRACT = StageDef(
            "explorations": Artifact("bootstrap-explore", "explorations"),
            **SEED_READS, "teacher": EvolutionTeacher(base=True)},
     compute=compute_abstract,
+    writes=WRITES,
 )

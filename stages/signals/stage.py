@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from coevolve.contracts.signals import UNUSED, SignalsOutputs
+from coevolve.contracts.signals import UNUSED, WRITES, SignalsOutputs
 from coevolve.pipeline.context import RunContext
 from coevolve.pipeline.declared import StageContext
 from coevolve.pipeline.stage import (
@@ -142,4 +142,5 @@ SIGNALS = StageDef(
         "dataset": WhenOffered(Dataset()),
     },
     compute=compute_signals,
+    writes=WRITES,
 )

@@ -14,7 +14,7 @@ success -> `accept`, a failure that did part of the task -> `retain`, else `disc
 from __future__ import annotations
 
 from coevolve.agents.episodes import EpisodeLimits
-from coevolve.contracts.verify import VerifyOutputs
+from coevolve.contracts.verify import WRITES, VerifyOutputs
 from coevolve.core import round_seed
 from coevolve.pipeline.declared import StageContext
 from coevolve.pipeline.stage import Artifact, EnvTasks, EvolutionPolicy, Inputs, StageDef, StageResult
@@ -54,6 +54,7 @@ VERIFY = StageDef(
     reads={"candidates": Artifact("abstract", "candidates"), "explorations": Artifact("explore", "explorations"),
            "held_out": EnvTasks("eval.splits"), "policy": EvolutionPolicy()},
     compute=_verify("verify"),
+    writes=WRITES,
 )
 
 BOOTSTRAP_VERIFY = StageDef(
@@ -63,4 +64,5 @@ BOOTSTRAP_VERIFY = StageDef(
            "explorations": Artifact("bootstrap-explore", "explorations"),
            "held_out": EnvTasks("eval.splits"), "policy": EvolutionPolicy(base=True)},
     compute=_verify("bootstrap-verify"),
+    writes=WRITES,
 )

@@ -108,3 +108,13 @@ def test_a_kind_and_a_check_of_a_package_show_up_everywhere(toy_phase, tmp_path,
     assert "the sample&#39;s reward" in signals or "the sample's reward" in signals
     verifications = client.get("/runs/evo/verifications").text
     assert "<th>one-turn</th>" in verifications
+
+
+def test_a_stage_declares_what_it_writes_from_its_contract():
+    from coevolve.contracts import signals, verify
+    from coevolve.stages.round_plan import STAGES
+
+    assert STAGES["signals"].writes is signals.WRITES and STAGES["bootstrap-verify"].writes is verify.WRITES
+    verify.WRITES.check("verify", {"verifications", "steps"})  # a subset is fine
+    with pytest.raises(ValueError, match=r"stage 'verify' wrote \['tasks'\], which its StageDef does not declare"):
+        verify.WRITES.check("verify", {"verifications", "tasks"})
