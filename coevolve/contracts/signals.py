@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from coevolve.contracts.phase import Writes
+from coevolve.contracts.registry import Registry
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -72,35 +73,19 @@ UNUSED = SignalKind("unused", "u", "a tool the tasks offer that no call of the w
     "first_round": "the window's first round (it ends at the signal's round)",
 })
 
-_KINDS: dict[str, SignalKind] = {k.name: k for k in (FORGETTING, BOUNDARY, RARE, UNUSED)}
-
-
-def add_signal_kind(kind: SignalKind) -> SignalKind:
-    """Register `kind` (again: no change); a different kind under a known name is refused."""
-    known = _KINDS.get(kind.name)
-    if known is not None and known != kind:
-        raise ValueError(f"signal kind {kind.name!r} is already declared otherwise: {known}")
-    _KINDS[kind.name] = kind
-    return kind
-
-
-def remove_signal_kind(name: str) -> None:
-    """Forget a kind a package added (the declared ones stay)."""
-    if name in {"forgetting", "boundary", "rare", "unused"}:
-        raise ValueError(f"signal kind {name!r} is one of the phase's own")
-    _KINDS.pop(name, None)
+KINDS: Registry[SignalKind] = Registry("signal kind", lambda k: k.name, (FORGETTING, BOUNDARY, RARE, UNUSED))
+add_signal_kind, remove_signal_kind = KINDS.add, KINDS.remove
 
 
 def signal_kinds() -> tuple[SignalKind, ...]:
     """Every kind: the paper's first, then the extensions in the order they were declared."""
-    return (*(k for k in _KINDS.values() if k.paper), *(k for k in _KINDS.values() if not k.paper))
+    return (*(k for k in KINDS.items() if k.paper), *(k for k in KINDS.items() if not k.paper))
 
 
 def signal_kind(name: str) -> SignalKind:
-    try:
-        return _KINDS[name]
-    except KeyError:
-        raise KeyError(f"unknown signal kind {name!r}; known: {', '.join(kind_names())}") from None
+    if (kind := KINDS.get(name)) is None:
+        raise KeyError(f"unknown signal kind {name!r}; known: {', '.join(kind_names())}")
+    return kind
 
 
 def kind_names() -> tuple[str, ...]:

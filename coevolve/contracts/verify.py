@@ -19,6 +19,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from coevolve.contracts.phase import Writes
+from coevolve.contracts.registry import Registry
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -67,7 +68,7 @@ class VerdictReason:
 OTHER = "other"
 """The code of a reason no registered code starts."""
 
-_REASONS: dict[str, VerdictReason] = {r.code: r for r in (
+REASONS: Registry[VerdictReason] = Registry("verdict reason", lambda r: r.code, (
     VerdictReason("replay", "a call of the solution fails, or an answer is in no result of it"),
     VerdictReason("no effect", "the solution changes nothing, and the query asks for no answer it reads"),
     VerdictReason("unasked effect", "the solution changes the state, the query only asks for information"),
@@ -81,39 +82,23 @@ _REASONS: dict[str, VerdictReason] = {r.code: r for r in (
     VerdictReason("executed", "the reference solution was executed against its checker (verify.judge: execution)"),
     VerdictReason("policy", "the policy's attempts decided (verify.judge: policy)", prefix="the policy "),
     VerdictReason("unverified", "admitted without verification (verify.enabled: false)", prefix="admitted without"),
-)}
-_BUILT_IN = frozenset(_REASONS)
-
-
-def add_reason(reason: VerdictReason) -> VerdictReason:
-    """Register a reason code (again: no change); another reason under a known code is refused."""
-    known = _REASONS.get(reason.code)
-    if known is not None and known != reason:
-        raise ValueError(f"verdict reason {reason.code!r} is already declared otherwise: {known}")
-    _REASONS[reason.code] = reason
-    return reason
-
-
-def remove_reason(code: str) -> None:
-    """Forget a code a package added (the phase's own stay)."""
-    if code in _BUILT_IN:
-        raise ValueError(f"verdict reason {code!r} is one of the phase's own")
-    _REASONS.pop(code, None)
+))
+add_reason, remove_reason = REASONS.add, REASONS.remove
 
 
 def reasons() -> tuple[VerdictReason, ...]:
-    return tuple(_REASONS.values())
+    return REASONS.items()
 
 
 def reason_code(text: str | None) -> str:
     """The code `text` starts with (the longest that fits), or `OTHER`."""
-    fits = [r for r in _REASONS.values() if (text or "").startswith(r.starts)]
+    fits = [r for r in REASONS.items() if (text or "").startswith(r.starts)]
     return max(fits, key=lambda r: len(r.starts)).code if fits else OTHER
 
 
 def reason_code_sql(column: str = "reason") -> str:
     """`reason_code` as a DuckDB expression over `column`."""
-    cases = sorted(_REASONS.values(), key=lambda r: -len(r.starts))
+    cases = sorted(REASONS.items(), key=lambda r: -len(r.starts))
     whens = " ".join(f"WHEN starts_with({column}, {_quoted(r.starts)}) THEN {_quoted(r.code)}" for r in cases)
     return f"(CASE {whens} ELSE {_quoted(OTHER)} END)"
 
@@ -149,7 +134,7 @@ class VerifyOutputs:
 
 def reason_outputs() -> dict[str, str]:
     """Every declared reason code and `other` -> its count's name in the round summary."""
-    return {**{r.code: r.output for r in _REASONS.values()}, OTHER: VerdictReason(OTHER, "").output}
+    return {**{r.code: r.output for r in REASONS.items()}, OTHER: VerdictReason(OTHER, "").output}
 
 
 WRITES = Writes(("verifications", "trajectories", "steps"), VerifyOutputs)
