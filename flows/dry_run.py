@@ -1,7 +1,8 @@
 """`coevolve run CONFIG --dry-run`: what a run would do, before it does anything.
 
 The config is validated as a run would validate it (`flows.validate.check_run_config`: models, environment,
-splits), then the plan is printed: rounds and the rounds that evolve, where D_0 comes from, the held-out
+splits), then the plan is printed: rounds and the rounds that evolve (with the signal kinds they extract
+and the verdicts merge admits, as the phases' contracts name them), where D_0 comes from, the held-out
 splits, the budget (rollout episodes, optimizer steps, evaluation episodes, an upper bound on generated
 tokens) and every setting that differs from the paper's or extends it, each labelled deviation or extension
 (`coevolve.config.paper`, the table docs/reproduce.md renders), so a GPU user knows what a match with the
@@ -21,6 +22,7 @@ from typing import Any
 
 from coevolve.config import CoevolveConfig
 from coevolve.config.paper import SETTINGS, Equals, differences
+from coevolve.contracts.signals import signal_kind
 from coevolve.stages.round_plan import evolves
 
 
@@ -57,6 +59,9 @@ def dry_run(config: CoevolveConfig, root: Path | None = None, *, run: str | None
     lines = [f"run {name}: {total} rounds, policy {config.model.name} on {config.env.name}", *progress]
     evolving = [r for r in range(total) if evolves(config, r)]
     lines.append(f"  data evolution after rounds: {', '.join(map(str, evolving)) or 'none (plain GRPO)'}")
+    if evolving:
+        kinds = ", ".join(f"{k} ({signal_kind(k).about})" for k in config.signals.kinds)
+        lines.append(f"  signals: {kinds}; merged verdicts: {', '.join(config.merge.admit)}")
     lines.append(f"  D_0: {_d0(config)}")
     sizes, unlisted = _split_sizes(config)
     warnings += [unlisted] if unlisted else []

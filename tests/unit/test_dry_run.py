@@ -24,6 +24,7 @@ def test_the_plan_counts_the_budget_and_names_each_difference_from_the_paper(tmp
     out = CliRunner().invoke(app, ["run", str(CONFIGS / "coverage-smollm2.yaml"), "--dry-run", "--root",
                                    str(tmp_path), "--set", "verify.judge=policy"]).output  # fmt: skip
     assert "data evolution after rounds: 0, 1, 2, 3" in out
+    assert "signals: forgetting (solved before, failed now), boundary (some of a task's samples succeed)" in out
     assert "D_0: 12 tasks of split train (sample seed 24; a sampled twin of an evaluation task left out)" in out
     assert "gap-validation (96 tasks), validation (48 tasks)" in out
     assert "192 rollout episodes (8 rounds x 4 tasks x K = 6)" in out and "16 optimizer steps" in out
