@@ -130,7 +130,7 @@ class RolloutAhead:
     def submit(cls, ctx: RunContext, round_: int, *, force: bool = False) -> "RolloutAhead":
         import torch
 
-        from coevolve.stages.plan import get_stage
+        from coevolve.stages.round_plan import get_stage
 
         threads = torch.get_num_threads()
         share = max(1, threads // 2)
@@ -164,7 +164,7 @@ def run_round(ctx: RunContext, round_: int, rounds: int, ahead: RolloutAhead | N
               force: bool = False) -> tuple[dict[str, StageRecord], RolloutAhead | None]:
     """The stages of round `round_`, in order; its rollout is `ahead`'s when the previous round started it.
     With `rollout.max_staleness` > 0, round `round_`+1's rollout is submitted as a Prefect task beside this
-    round's update (`stages.plan.rollout_ahead_beside`): what is returned for the next round to await."""
+    round's update (`stages.round_plan.rollout_ahead_beside`): what is returned for the next round to await."""
     beside = rollout_ahead_beside(ctx.config, round_) if round_ + 1 < rounds else None
     records: dict[str, StageRecord] = {}
     try:

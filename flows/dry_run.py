@@ -84,8 +84,8 @@ def _covered(config: CoevolveConfig, root: Path | None, run: str, rounds: int | 
     adds. Without a storage root: `rounds`, else `run.rounds`."""
     if root is None:
         return rounds or config.run.rounds, []
+    from coevolve.flows.run_context import open_run
     from coevolve.flows.runs import completed_rounds, rounds_to_run
-    from coevolve.stages.run_context import open_run
     from coevolve.storage.staleness import stale_stages
 
     ctx = open_run(config, run, root, quiet=True)

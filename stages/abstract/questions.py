@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 
 from coevolve.envs.base import literal_values
-from coevolve.prompts import ABSTRACT_PREFIX
+from coevolve.stages.abstract.prompting import ABSTRACT_PREFIX
 
 QUESTION_OPENER = "Look up the {object} {values} and tell me the "
 """How `question_prefix` opens a read-only call's query: a request for information (`Look up`, `tell me`)

@@ -14,11 +14,11 @@ from __future__ import annotations
 import pytest
 
 from coevolve.config import load_config
+from coevolve.flows.run_context import open_run
 from coevolve.llm.engine import Completion
 from coevolve.pipeline.runner import run_stage
-from coevolve.stages.plan import round_plan
 from coevolve.stages.rollout.stage import ROLLOUT
-from coevolve.stages.run_context import open_run
+from coevolve.stages.round_plan import round_plan
 from coevolve.storage.staleness import stale_stages
 from coevolve.ui.lineage import task_page
 from coevolve.ui.reader import RunsReader

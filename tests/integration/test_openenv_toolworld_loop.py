@@ -62,7 +62,7 @@ def run_tiny(root: Path, overrides: list[str]) -> dict:
 
     from coevolve.config import load_config
     from coevolve.flows.coevolve import run_context
-    from coevolve.stages.run_context import open_run
+    from coevolve.flows.run_context import open_run
 
     @flow(name="coevolve-toolworld-with-fakes")
     def evolve(root: str) -> dict:

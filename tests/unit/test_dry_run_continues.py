@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from coevolve.cli import app
 from coevolve.config import load_config
-from coevolve.stages.plan import round_plan
+from coevolve.stages.round_plan import round_plan
 from coevolve.storage.layout import RunLayout
 from coevolve.storage.manifest import InputRef, Manifest
 from tests.conftest import CONFIGS

@@ -10,8 +10,8 @@ from coevolve.config import ConfigError, load_config
 from coevolve.pipeline.runner import run_stage, stage_key
 from coevolve.stages.bootstrap.stage import BOOTSTRAP
 from coevolve.stages.grpo_update.stage import GRPO_UPDATE
-from coevolve.stages.plan import rollout_ahead_beside
 from coevolve.stages.rollout.stage import POLICY, ROLLOUT
+from coevolve.stages.round_plan import rollout_ahead_beside
 from tests.conftest import CONFIGS, fake_context
 
 STALE = ("rollout.max_staleness=1", "train.vllm_importance_sampling_correction=true")
