@@ -18,10 +18,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from coevolve.config import CoevolveConfig, ModelConfig, TrainConfig
+from coevolve.config import ModelConfig, TrainConfig
 from coevolve.core import content_hash
+
+if TYPE_CHECKING:
+    from coevolve.rl.trainer import TrainState
 
 EngineFactory = Callable[["Policy"], Any]
 """Builds the inference engine of a policy whose model and tokenizer are loaded (`Policy.load_base`)."""
@@ -54,7 +57,9 @@ class Policy:
         cfg = self.model_config
         self.model, self.tokenizer = load_model(cfg.name, dtype=cfg.dtype, device=cfg.device)
         if self.train_config.lora_rank:
-            self.model = with_lora_adapter(self.model, self.train_config)
+            from coevolve.rl.trainer import with_lora_adapter
+
+            self.model = with_lora_adapter(self.model, self.train_config.lora_rank, self.train_config.lora_alpha)
         self.version = base_version(cfg)
         if self.engine_factory is not None:
             self.engine = self.engine_factory(self)
@@ -130,12 +135,18 @@ class Policy:
         if self.train_config.lora_rank:
             return None
         if self.reference is None:
-            from coevolve.llm.models import load_model
+            from coevolve.rl.trainer import ModelSpec, frozen_reference
 
-            cfg = self.model_config
-            self.reference, _ = load_model(cfg.name, dtype=cfg.dtype, device=cfg.device)
-            self.reference.eval().requires_grad_(False)
+            self.reference = frozen_reference(ModelSpec.of(self.model_config, self.train_config))
         return self.reference
+
+    def train_state(self, beta: float) -> TrainState:
+        """What the round's update trains in this process (`rl.trainer.train_round`): the in-memory model the
+        engine generates with, the optimizer kept across rounds, and the reference when `beta` > 0."""
+        from coevolve.rl.trainer import TrainState
+
+        reference = self.reference_model() if beta > 0 else None
+        return TrainState(self.model, self.tokenizer, self.make_optimizer(), reference)
 
 
 def load_checkpoint_weights(model: Any, checkpoint: Path, version: str, *, lora: bool) -> None:
@@ -165,40 +176,3 @@ def checkpoint_errors(checkpoint: Path, version: str) -> Iterator[None]:
                             f"deleted): {rebuild}") from None  # fmt: skip
     except CorruptCheckpointError as exc:
         raise ArtifactError(f"{exc}: the checkpoint of policy {version} is corrupt; {rebuild}") from None
-
-
-def with_lora_adapter(model: Any, train: TrainConfig) -> Any:
-    """`model` wrapped in a fresh, trainable LoRA adapter on every linear layer (the base is frozen)."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-
-    config = LoraConfig(r=train.lora_rank, lora_alpha=train.lora_alpha, lora_dropout=0.0,
-                        target_modules="all-linear", task_type="CAUSAL_LM")  # fmt: skip
-    with torch.random.fork_rng():  # the adapter's initial weights are the same in every process
-        torch.manual_seed(0)
-        return get_peft_model(model, config)
-
-
-def update_hyperparams(config: CoevolveConfig, round_: int) -> Any:
-    """The GRPO update's settings from the run config (`rl.update.UpdateHyperparams`) for the update of round
-    `round_`, whose first optimizer step is the run's step `round_ x epochs x mini_batches` (the lr schedule's
-    clock, `rl.schedule`)."""
-    from coevolve.rl.is_correction import ISCorrection
-    from coevolve.rl.schedule import make_schedule
-    from coevolve.rl.update import UpdateHyperparams
-
-    t = config.train
-    correction = (ISCorrection(t.vllm_importance_sampling_mode, t.vllm_importance_sampling_cap)
-                  if t.importance_sampling_on(served=bool(config.model.servers)) else None)  # fmt: skip
-    steps_per_round = t.epochs * t.mini_batches
-    total = None if t.schedule_rounds is None else t.schedule_rounds * steps_per_round
-    schedule = make_schedule(t.lr_scheduler_type, warmup_steps=t.warmup_steps, warmup_ratio=t.warmup_ratio,
-                             total_steps=total)  # fmt: skip
-    return UpdateHyperparams(
-        lr=t.lr, clip_low=t.clip_low, clip_high=t.clip_high, beta=t.beta, micro_batch_size=t.micro_batch_size,
-        epochs=t.epochs, mini_batches=t.mini_batches, max_grad_norm=t.max_grad_norm,
-        temperature=config.rollout.temperature, weight_decay=t.weight_decay,
-        shared_prefix=t.shared_prefix, loss_normalization=t.loss_normalization, fixed_tokens=t.fixed_tokens,
-        scale_rewards=t.scale_rewards, drop_zero_std_groups=t.drop_zero_std_groups,
-        lr_schedule=schedule, first_step=round_ * steps_per_round, is_correction=correction,
-    )

@@ -3,6 +3,10 @@ artifacts with it, rl hashes checkpoints with it).
 
 A hash is kept for the file's identity (absolute path, device, inode, size, mtime and ctime): putting a
 modification time back after editing a file still changes its ctime, so a flipped byte is read again.
+
+A file a manifest recorded may be deleted on purpose later (a checkpoint's optimizer state, once newer
+checkpoints keep the run's): the deleter leaves a note beside it (`dropped_note`), and every check of the
+manifest's files skips such a file (`dropped_on_purpose`), so no later stage rewrites the manifest.
 """
 
 from __future__ import annotations
@@ -42,3 +46,13 @@ def remember_sha256(path: Path, sha256: str) -> None:
     """Record the hash of a file this process has just written (hashed as it was written, or under
     another name before a rename), so that checking it later reads nothing."""
     _HASHED[_identity(path, os.stat(path))] = sha256
+
+
+def dropped_note(path: Path) -> Path:
+    """The note left beside a recorded file deleted on purpose: `<name without suffix>.dropped`."""
+    return path.with_suffix(".dropped")
+
+
+def dropped_on_purpose(path: Path) -> bool:
+    """Whether the recorded file `path` is gone because it was deleted on purpose (its `dropped_note` stands)."""
+    return not path.exists() and dropped_note(path).is_file()

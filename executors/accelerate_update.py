@@ -4,12 +4,14 @@ With `train.accelerate_config` set, the grpo_update stage writes a job file and 
 
     accelerate launch --config_file <train.accelerate_config> -m coevolve.executors.accelerate_update <job.json>
 
-Every process loads the policy the round starts from (the base model, or the previous round's checkpoint
-with its optimizer state), reads the round's `samples` from the run store, and runs `rl.update.grpo_update`
-with its `accelerate.Accelerator`: data-parallel micro-batches, gradients summed over processes, the same
-optimizer step everywhere. Process 0 saves the checkpoint (weights, tokenizer, optimizer state) and the
-update's metrics; the stage then loads that checkpoint into the flow's policy (and publishes it to the
-inference servers), so the flow and every other stage are unchanged.
+The job file holds the stage's `rl.trainer.UpdateJob` (the samples files and their sha256, the policy the
+round starts from, the model, the settings) and what the launch adds (sharding, metrics file, machines).
+Every process builds the starting state from it (`rl.trainer.load_train_state`: the base model, or the
+previous round's checkpoint with its optimizer state) and calls `rl.trainer.train_round`, the function the
+stage calls in its own process, with its `accelerate.Accelerator`: data-parallel micro-batches, gradients
+summed over processes, the same optimizer step everywhere. Process 0 saves the checkpoint (weights,
+tokenizer, optimizer state) and the update's metrics; the stage then loads that checkpoint into the flow's
+policy (and publishes it to the inference servers), so the flow and every other stage are unchanged.
 
 Processes come from the accelerate config (`num_processes`, GPUs per process; `configs/accelerate/`).
 With `model.device: cpu` they are CPU processes talking over gloo (what the tests run); with `cuda` each
@@ -27,7 +29,7 @@ the flow's machine is machine 0 and the stage launches its processes as above; e
 
 which waits for the run's launched updates (`serve_machine`) and joins each one with `accelerate launch
 --machine_rank <r>` on the same job file. The run directory must be on a file system all machines
-share (job file, samples and checkpoints are read from it), and the model name must resolve on each.
+share (the job file, the samples files it names and checkpoints are read from it), and the model name must resolve on each.
 """
 
 from __future__ import annotations
@@ -40,48 +42,41 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from coevolve.config import CoevolveConfig, ConfigError, find_config
+from coevolve.config import ConfigError, find_config
 from coevolve.processes import die_with_parent
 from coevolve.storage.parquet import write_text_atomic
+
+if TYPE_CHECKING:
+    from coevolve.rl.trainer import UpdateJob
 
 JOB_FILE = "job.json"
 METRICS_FILE = "metrics.json"
 LOG_FILE = "launch.log"
 
 
-def launch_update(
-    config: CoevolveConfig,
-    *,
-    root: Path,
-    run: str,
-    round_: int,
-    previous: tuple[str, Path | None],
-    checkpoint: Path,
-    job_dir: Path,
-) -> dict[str, float]:
-    """Run the update of `round_` under `accelerate launch`; returns the metrics process 0 wrote."""
+def launch_update(job: UpdateJob, accelerate_config: str, *, job_dir: Path) -> dict[str, float]:
+    """Run `job` under `accelerate launch` with the accelerate config file `accelerate_config`
+    (`train.accelerate_config`); returns the metrics process 0 wrote."""
     try:  # a relative path not found here falls back to the packaged configs/accelerate/ files
-        launcher = find_config(config.train.accelerate_config or "")
+        launcher = find_config(accelerate_config)
     except ConfigError:
         raise FileNotFoundError(f"train.accelerate_config: no accelerate config file at "
-                                f"{config.train.accelerate_config!r}") from None
+                                f"{accelerate_config!r}") from None
     sharding, machines = sharding_of(launcher), machines_of(launcher)
-    if sharding is not None and config.train.lora_rank:
+    if sharding is not None and job.model.lora_rank:
         raise ValueError(f"train.accelerate_config: {launcher} shards the weights (FSDP), which needs full "
                          f"fine-tuning; set train.lora_rank: 0 or use a data-parallel accelerate config")  # fmt: skip
     job_dir.mkdir(parents=True, exist_ok=True)
     (job_dir / METRICS_FILE).unlink(missing_ok=True)
-    job = {
-        "config": config.to_yaml(), "root": str(root), "run": run, "round": round_,
-        "previous_version": previous[0], "previous_checkpoint": str(previous[1]) if previous[1] else None,
-        "checkpoint": str(checkpoint), "metrics": str(job_dir / METRICS_FILE), "sharding": sharding,
+    launch = {
+        "update": job.to_json(), "metrics": str(job_dir / METRICS_FILE), "sharding": sharding,
         "accelerate_config": str(launcher.resolve()), "machines": machines, "launch": uuid.uuid4().hex,
     }  # fmt: skip
-    write_text_atomic(json.dumps(job, indent=2) + "\n", job_dir / JOB_FILE)  # workers poll for it
+    write_text_atomic(json.dumps(launch, indent=2) + "\n", job_dir / JOB_FILE)  # workers poll for it
     with open(job_dir / LOG_FILE, "w") as log:
         code = subprocess.run(_launch_command(job_dir / JOB_FILE, launcher), stdout=log, stderr=subprocess.STDOUT,
                               preexec_fn=die_with_parent).returncode  # ends with the flow, even on kill -9
@@ -89,7 +84,7 @@ def launch_update(
     if code or not metrics.is_file():
         (job_dir / JOB_FILE).unlink(missing_ok=True)  # no worker joins a failed launch; a rerun writes a new one
         tail = (job_dir / LOG_FILE).read_text()[-3000:]
-        raise RuntimeError(f"accelerate launch of the round {round_} update failed (exit {code}); "
+        raise RuntimeError(f"accelerate launch of the round {job.round} update failed (exit {code}); "
                            f"log {job_dir / LOG_FILE}:\n{tail}")  # fmt: skip
     return json.loads(metrics.read_text())
 
@@ -180,50 +175,20 @@ def serve_machine(run_dir: Path, machine_rank: int, *, jobs: int | None = None, 
     return succeeded
 
 
-def run_job(job: dict[str, Any]) -> None:
-    """One process of a launched update (see the module docstring)."""
+def run_job(launch: dict[str, Any]) -> None:
+    """One process of a launched update: `rl.trainer.train_round` on the job's state, built here (see the
+    module docstring)."""
     from accelerate import Accelerator
 
-    from coevolve.agents.policy import load_checkpoint_weights, update_hyperparams, with_lora_adapter
-    from coevolve.llm.models import load_model
-    from coevolve.rl.batch import samples_batch
-    from coevolve.rl.checkpoint import load_optimizer_state, read_optimizer_state, save_checkpoint
-    from coevolve.rl.sharding import full_state, load_full_optimizer_state, shard_model
-    from coevolve.rl.update import grpo_update, make_optimizer
-    from coevolve.storage.layout import RunLayout
-    from coevolve.storage.store import RunStore
+    from coevolve.rl.trainer import UpdateJob, load_train_state, train_round
 
-    config = CoevolveConfig.model_validate(yaml.safe_load(job["config"]))
-    model_cfg, train = config.model, config.train
-    accelerator = Accelerator(cpu=model_cfg.device == "cpu")
-    device = str(accelerator.device)
-    model, tokenizer = load_model(model_cfg.name, dtype=model_cfg.dtype, device=device)
-    if train.lora_rank:
-        model = with_lora_adapter(model, train)
-    previous = Path(job["previous_checkpoint"]) if job["previous_checkpoint"] else None
-    if previous is not None:
-        load_checkpoint_weights(model, previous, job["previous_version"], lora=bool(train.lora_rank))
-    sharding = job.get("sharding")
-    if sharding is not None:
-        shard_model(model, **sharding)
-    optimizer = make_optimizer(model, train.lr, train.weight_decay)
-    if previous is not None and sharding is not None:
-        load_full_optimizer_state(model, optimizer, read_optimizer_state(previous))
-    elif previous is not None:
-        load_optimizer_state(optimizer, previous)
-    hp = update_hyperparams(config, job["round"])
-    reference = None
-    if hp.beta > 0 and not train.lora_rank:  # with LoRA the reference is the adapter disabled
-        reference, _ = load_model(model_cfg.name, dtype=model_cfg.dtype, device=device)
-        reference.eval().requires_grad_(False)
-    store = RunStore(RunLayout(Path(job["root"]), job["run"]))
-    batch = samples_batch(store.read(job["round"], "rollout", "samples"))
-    result = grpo_update(model, reference, optimizer, batch, hp, accelerator=accelerator)
-    gathered = full_state(model, optimizer) if sharding is not None else None  # every process takes part
+    job = UpdateJob.from_json(launch["update"])
+    accelerator = Accelerator(cpu=job.model.device == "cpu")
+    state = load_train_state(job, device=str(accelerator.device), sharding=launch.get("sharding"))
+    result = train_round(job, state, accelerator=accelerator)
     if accelerator.is_main_process:
-        save_checkpoint(model, tokenizer, optimizer, Path(job["checkpoint"]), state=gathered)
         metrics = {**result.as_dict(), "processes": accelerator.num_processes}
-        Path(job["metrics"]).write_text(json.dumps(metrics, indent=2) + "\n")
+        Path(launch["metrics"]).write_text(json.dumps(metrics, indent=2) + "\n")
     accelerator.wait_for_everyone()
     accelerator.end_training()
 

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from coevolve.file_hashes import dropped_on_purpose
 from coevolve.storage.layout import MANIFEST, RunLayout
 from coevolve.storage.manifest import Manifest
-from coevolve.storage.parquet import file_matches
+from coevolve.storage.parquet import changed_in_folder, file_matches
 from coevolve.storage.schemas import TIMINGS
 
 
@@ -50,7 +51,8 @@ def _manifests(layout: RunLayout) -> dict[tuple[int, str], Manifest]:
 def changed_files(layout: RunLayout) -> list[Path]:
     """The files of the run that do not hold what its manifests record (a different sha256, or gone): its
     stages' artifacts and the files of their checkpoint folders. A checkpoint folder that is gone was
-    pruned on purpose (`train.keep_checkpoints`) and is not checked, as `coevolve run` does not."""
+    pruned on purpose (`train.keep_checkpoints`) and is not checked, as `coevolve run` does not, nor is a file
+    deleted on purpose (`parquet.changed_in_folder`)."""
     changed = []
     for manifest in _manifests(layout).values():
         for name, ref in manifest.artifacts.items():
@@ -59,14 +61,17 @@ def changed_files(layout: RunLayout) -> list[Path]:
         for folder, refs in manifest.files.items():
             directory = layout.run_dir / folder
             if directory.is_dir():
-                changed += [directory / n for n, r in refs.items() if not file_matches(directory / n, r.sha256, r.size)]
+                changed += [directory / name for name in changed_in_folder(directory, refs)]
     return changed
 
 
-def _hashes(manifest: Manifest) -> dict[str, str]:
+def _hashes(manifest: Manifest, layout: RunLayout) -> dict[str, str]:
+    """What a stage run wrote, by artifact and checkpoint file; a file deleted on purpose since (an optimizer
+    state a newer checkpoint took over: `file_hashes.dropped_on_purpose`) is no longer part of it."""
     out = {f"artifact {name}": ref.sha256 for name, ref in manifest.artifacts.items()}
     for folder, refs in manifest.files.items():
-        out |= {f"file {folder}/{name}": ref.sha256 for name, ref in refs.items()}
+        out |= {f"file {folder}/{name}": ref.sha256 for name, ref in refs.items()
+                if not dropped_on_purpose(layout.run_dir / folder / name)}  # fmt: skip
     return out
 
 
@@ -92,7 +97,7 @@ def compare_runs(left: RunLayout, right: RunLayout) -> tuple[int, list[Differenc
         if a is None or b is None:
             differences.append(Difference(round_, stage, "stage", "ran" if a else "absent", "ran" if b else "absent"))
             continue
-        mine, yours = _hashes(a), _hashes(b)
+        mine, yours = _hashes(a, left), _hashes(b, right)
         for what in sorted(mine.keys() | yours.keys()):
             compared += 1
             if mine.get(what) != yours.get(what) and not _same_but_timings(left, right, round_, stage, what):

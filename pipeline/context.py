@@ -34,7 +34,7 @@ from coevolve.config import CoevolveConfig
 from coevolve.envs.base import Environment, Task
 from coevolve.storage.datasets import Datasets
 from coevolve.storage.layout import checkpoint_name, root_option
-from coevolve.storage.parquet import ArtifactError, file_matches
+from coevolve.storage.parquet import ArtifactError, changed_in_folder
 from coevolve.storage.store import RunStore
 
 if TYPE_CHECKING:
@@ -138,9 +138,7 @@ class RunContext:
         if checkpoint is None or not checkpoint.is_dir():
             return version, checkpoint
         refs = self.store.completed(round_, "grpo_update").files.get(checkpoint_name(round_), {})
-        weights_first = sorted(refs, key=lambda name: (not name.endswith(".safetensors"), name))
-        changed = [name for name in weights_first if not file_matches(checkpoint / name, refs[name].sha256,
-                                                                      refs[name].size)]  # fmt: skip
+        changed = sorted(changed_in_folder(checkpoint, refs), key=lambda n: (not n.endswith(".safetensors"), n))
         if changed:
             first, *others = [name if (checkpoint / name).is_file() else f"{name} (missing)" for name in changed]
             also = f"; also {', '.join(others)}" if others else ""

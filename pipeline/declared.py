@@ -19,8 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from coevolve.config import CoevolveConfig
-
 if TYPE_CHECKING:
     from coevolve.envs.base import Environment
     from coevolve.pipeline.context import RunContext
@@ -98,9 +96,3 @@ class StageContext:
                 f"not declare it (declared: {', '.join(self._declared)})"
             )
         return self._ctx.make_env()
-
-    @property
-    def launch_config(self) -> CoevolveConfig:
-        """The whole config, for a launched process that rebuilds the run (`accelerate launch`): it runs this
-        stage's computation, not another reading of the config."""
-        return self._ctx.config

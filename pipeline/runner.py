@@ -22,7 +22,7 @@ from coevolve.pipeline.sources import read_sources
 from coevolve.pipeline.stage import Inputs, StageDef
 from coevolve.run_files import DiskFullError, disk_full
 from coevolve.storage.manifest import FileRef, Manifest, cache_key
-from coevolve.storage.parquet import file_matches
+from coevolve.storage.parquet import changed_in_folder, file_matches
 
 __all__ = ["DiskFullError", "StageRecord", "folder_refs", "is_cached", "read_sources", "run_stage", "stage_key"]
 
@@ -44,7 +44,8 @@ def is_cached(stage: StageDef, ctx: RunContext, round_: int, key: str) -> Manife
     (sha256, each file read at most once per process; an unchanged size and mtime prove nothing): a
     missing, truncated or edited artifact means the stage runs again, and so does a damaged checkpoint,
     even one whose modification time was put back. A checkpoint folder that is gone was pruned on purpose
-    (`train.keep_checkpoints`) and does not count."""
+    (`train.keep_checkpoints`) and does not count, nor does a file of it deleted on purpose (an optimizer
+    state a newer checkpoint took over: `changed_in_folder`)."""
     manifest = ctx.store.manifest(round_, stage.name)
     if manifest is None or manifest.key != key:
         return None
@@ -54,7 +55,7 @@ def is_cached(stage: StageDef, ctx: RunContext, round_: int, key: str) -> Manife
             return None
     for folder, refs in manifest.files.items():
         directory = ctx.store.layout.run_dir / folder
-        if directory.exists() and not all(file_matches(directory / n, r.sha256, r.size) for n, r in refs.items()):
+        if directory.exists() and changed_in_folder(directory, refs):
             return None
     return manifest
 

@@ -94,6 +94,10 @@ class Upstream:
     def rows(self, columns: list[str] | None = None, *, rounds: list[int] | None = None) -> list[dict]:
         return self.table(columns, rounds=rounds).to_pylist()
 
+    def files(self) -> list[tuple[Path, str]]:
+        """Each round's file and the sha256 the key hashed, for a reader in another process (`rl.trainer`)."""
+        return [self.ctx.store.artifact_file(r, self.stage, self.artifact) for r in self.rounds]
+
 
 @dataclass(frozen=True)
 class Artifact:

@@ -48,14 +48,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from coevolve.file_hashes import file_sha256, remember_sha256
+from coevolve.file_hashes import dropped_note, file_sha256, remember_sha256
 from coevolve.run_files import atomic_file, disk_full, refuse_links
 
 MARKER = "coevolve_checkpoint.json"
 OPTIMIZER_FILE = "optimizer.pt"
-OPTIMIZER_DROPPED = "optimizer.dropped"
+OPTIMIZER_DROPPED = dropped_note(Path(OPTIMIZER_FILE)).name
 """Left in a checkpoint whose optimizer state was deleted on purpose (`drop_optimizer_state`): its text says
-when and why."""
+when and why, and checks of the manifest that recorded `optimizer.pt` skip it (`file_hashes.dropped_note`)."""
 
 
 def _is_peft(model: nn.Module) -> bool:

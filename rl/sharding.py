@@ -1,6 +1,6 @@
 """Sharded weights for a launched update: PyTorch FSDP2 (`torch.distributed.fsdp.fully_shard`).
 
-`stages.distributed_update` shards the policy when its accelerate config says `distributed_type: FSDP`:
+`rl.trainer.load_train_state` shards the policy when its accelerate config says `distributed_type: FSDP`:
 each process keeps 1/N of every parameter, gradient and AdamW moment, gathers a decoder layer's weights
 just before that layer runs and frees them after. The update itself (`rl.update.grpo_update`) is the
 data-parallel one, with two differences it reads off the model (`is_sharded`): the gradient reduction is

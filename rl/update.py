@@ -33,7 +33,7 @@ Steps of `grpo_update`:
    non-finite weights right after one (`DivergenceError`, naming the step and the likely cause). Nothing
    downstream would notice otherwise: a NaN policy is checkpointed, samples garbage, and the run goes on.
 
-Data-parallel (``accelerator``, an `accelerate.Accelerator` over several processes; `stages.distributed_update`):
+Data-parallel (``accelerator``, an `accelerate.Accelerator` over several processes; `rl.trainer`):
 every process holds the whole batch and the same weights, and takes micro-batches ``rank, rank + world,
 ...`` of each mini-batch; its losses are still divided by the *whole* mini-batch's token count, and the
 gradients are summed over processes (one all-reduce) before clipping, so every process takes exactly the
@@ -60,47 +60,17 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from coevolve.rl.advantages import ScaleRewards, group_advantages
+from coevolve.rl.advantages import group_advantages
 from coevolve.rl.batch import SampleBatch
 from coevolve.rl.divergence import Guard, Seen, finite_weights, lora_scale
-from coevolve.rl.is_correction import ISCorrection, importance_weights, weight_stats
+from coevolve.rl.hyperparams import UpdateHyperparams
+from coevolve.rl.is_correction import importance_weights, weight_stats
 from coevolve.rl.logprobs import token_logprobs
 from coevolve.rl.loss import grpo_loss
-from coevolve.rl.plan import LossNormalization, Plan, Shard, plan_update, shard_plan, trainable_rows
-from coevolve.rl.schedule import LrSchedule
+from coevolve.rl.plan import Plan, Shard, plan_update, shard_plan, trainable_rows
 from coevolve.rl.sharding import is_sharded
 from coevolve.rl.shared_prefix import shared_prefix_logprobs, supports_shared_prefix
 from coevolve.rl.update_metrics import MetricsSum
-
-
-@dataclass(frozen=True)
-class UpdateHyperparams:
-    """Knobs of one GRPO update (the integrator maps its config onto these)."""
-
-    lr: float
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    beta: float = 0.0
-    micro_batch_size: int = 4
-    epochs: int = 1
-    mini_batches: int = 1
-    max_grad_norm: float | None = 1.0  # None or <= 0: measure the norm, do not clip
-    temperature: float = 1.0  # sampling temperature of the rollouts
-    weight_decay: float = 0.0
-    shared_prefix: bool = True  # encode a group's common prefix once (exact; plain path if unsupported)
-    loss_normalization: LossNormalization = "batch_tokens"  # what a step's token losses are divided by
-    fixed_tokens: int | None = None  # the constant of loss_normalization fixed_tokens (Dr. GRPO's)
-    scale_rewards: ScaleRewards = "group"  # what centred rewards are divided by (`rl.advantages`)
-    drop_zero_std_groups: bool = False  # rows of all-equal-reward groups left out even when beta > 0
-    lr_schedule: LrSchedule | None = None  # None: the optimizer's own rate, untouched
-    first_step: int = 0  # the run's index of this update's first optimizer step (the schedule's clock)
-    is_correction: ISCorrection | None = None  # weigh the engine's samples (`rl.is_correction`); None: off
-
-    def step_lr(self, step: int) -> float:
-        """The scheduled rate of this update's optimizer step ``step`` (0-based); needs ``lr_schedule``."""
-        if self.lr_schedule is None:
-            raise ValueError("UpdateHyperparams.step_lr: no lr_schedule (the rate is the optimizer's)")
-        return self.lr * self.lr_schedule.factor(self.first_step + step)
 
 
 @dataclass(frozen=True)

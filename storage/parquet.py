@@ -8,7 +8,8 @@ is an error, never a changed value (files of older versions carry none and read 
 stage that rebuilds it when something is wrong.
 
 `file_matches` checks a file against its recorded sha256 through `coevolve.file_hashes`, which reads a file
-at most once per process while it is unchanged.
+at most once per process while it is unchanged; `changed_in_folder` checks a checkpoint folder's recorded
+files, those deleted on purpose since (a dropped optimizer state) aside.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from coevolve.file_hashes import file_sha256
+from coevolve.file_hashes import dropped_on_purpose, file_sha256
 from coevolve.run_files import ArtifactError, atomic_file, write_text_atomic
 from coevolve.storage.schemas import schema_version
 
-__all__ = ["ArtifactError", "file_matches", "read_table", "to_table", "write_table", "write_text_atomic"]
+__all__ = ["ArtifactError", "changed_in_folder", "file_matches", "read_table", "to_table", "write_table", "write_text_atomic"]
 
 
 def to_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
@@ -73,3 +74,10 @@ def file_matches(path: Path, sha256: str, size: int = -1) -> bool:
         return file_sha256(path) == sha256
     except OSError:
         return False
+
+
+def changed_in_folder(directory: Path, refs: dict[str, Any]) -> list[str]:
+    """The files of `directory` a manifest recorded (name -> `FileRef`) that no longer hold their recorded
+    content (`file_matches`), those deleted on purpose since aside (`file_hashes.dropped_on_purpose`)."""
+    return [name for name, ref in refs.items()
+            if not file_matches(directory / name, ref.sha256, ref.size) and not dropped_on_purpose(directory / name)]

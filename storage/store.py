@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -65,15 +66,20 @@ class RunStore:
         return manifest
 
     def read(self, round_: int, stage: str, artifact: str) -> pa.Table:
+        path, _ = self.artifact_file(round_, stage, artifact)
+        return read_table(path, schema_for(artifact), rebuild_hint=self.rebuild_hint(round_, stage))
+
+    def artifact_file(self, round_: int, stage: str, artifact: str) -> tuple[Path, str]:
+        """The file of a completed stage's artifact and the sha256 its manifest records, refused in one line
+        if it holds other bytes (a missing file is left to the reader's error)."""
         manifest = self.completed(round_, stage)
         if artifact not in manifest.artifacts:
             raise ArtifactError(f"stage '{stage}' of round {round_} wrote no '{artifact}' artifact")
-        hint = self.rebuild_hint(round_, stage)
         path, ref = self.layout.artifact_path(round_, stage, artifact), manifest.artifacts[artifact]
         if path.exists() and not file_matches(path, ref.sha256, ref.size):
             raise ArtifactError(f"corrupt artifact {path}: its sha256 is not the one stage '{stage}' recorded in "
-                                f"its manifest (changed since it was written). {hint}")
-        return read_table(path, schema_for(artifact), rebuild_hint=hint)
+                                f"its manifest (changed since it was written). {self.rebuild_hint(round_, stage)}")
+        return path, ref.sha256
 
     def invalidate(self, round_: int, stage: str) -> None:
         """Forget a stage run (manifest first, so a crash half-way leaves it invalid, then its files); a link

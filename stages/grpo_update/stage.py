@@ -7,9 +7,11 @@ exactly the checkpoint that belongs to its inputs. The manifest and the row name
 to the run's folder (`checkpoints/round=r`), and the manifest records the sha256 of each of its files: a
 runs folder moved or copied continues with its own weights, and weights that are not those are refused.
 
-With `train.accelerate_config` the update runs under `accelerate launch` instead
-(`executors.accelerate_update`, log in `checkpoints/round=r.launch/`), and the in-memory policy then loads
-the checkpoint it wrote.
+The update is one function whatever the number of processes (`rl.trainer.train_round`): the stage resolves
+its declared inputs into an `UpdateJob` (the samples files and the sha256 its key hashed, the policy after
+round r-1, the model, the settings derived once: `rl.hyperparams`) and runs it on the in-memory policy, or
+with `train.accelerate_config` in every process `accelerate launch` starts (`executors.accelerate_update`,
+log in `checkpoints/round=r.launch/`), after which the in-memory policy loads the checkpoint they wrote.
 
 The manifest's outputs carry the update's per-optimizer-step metrics (`steps`, `rl.update_metrics`) and
 its group count beside the `updates` row's values: `flows.tracking` logs them per step, `flows.summary` per
@@ -19,8 +21,9 @@ Only the newest two checkpoints of the run keep their optimizer state (`optimize
 size; `OPTIMIZER_STATES_KEPT`): once this round's manifest is written (never before: a run killed in
 between computes this update again, from the state it started from), older checkpoints beyond
 `train.keep_checkpoints` are deleted, and the optimizer state of any other older one
-(`rl.checkpoint.drop_optimizer_state`, which leaves a note), whose grpo_update manifest stops recording it;
-its weights stay as recorded, and load as before. A run continues from its newest checkpoint (in memory,
+(`rl.checkpoint.drop_optimizer_state`, which leaves a note); its weights stay as recorded, and load as
+before. No older round's manifest is rewritten: every check of a manifest's files skips a pruned folder
+and a file whose note says it was dropped (`storage.parquet.changed_in_folder`). A run continues from its newest checkpoint (in memory,
 or from its `optimizer.pt` after a restart), and its newest update, computed again (its checkpoint damaged),
 continues from the one before it: both exact. An update that continues from an older round's weights
 (`coevolve stage grpo_update --round R --force` of an older round, a fork from an older round) starts its
@@ -39,17 +42,19 @@ from __future__ import annotations
 import re
 import shutil
 import time
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coevolve.pipeline.declared import StageContext
-from coevolve.pipeline.stage import Artifact, Inputs, Policy, StageDef, StageResult
+from coevolve.pipeline.stage import Artifact, Inputs, Policy, StageDef, StageResult, Upstream
 from coevolve.storage.layout import checkpoint_name
 from coevolve.storage.parquet import ArtifactError
 
 if TYPE_CHECKING:
     from coevolve.agents.policy import Policy as PolicyModel
     from coevolve.rl.divergence import DivergenceError
+    from coevolve.rl.trainer import UpdateJob
 
 
 OPTIMIZER_STATES_KEPT = 2
@@ -63,7 +68,6 @@ class UpdateDivergedError(ArtifactError):
 
 
 def update_policy(ctx: StageContext, round_: int, inputs: Inputs) -> StageResult:
-    from coevolve.rl.batch import samples_batch
     from coevolve.rl.checkpoint import remove_leftovers
 
     policy = inputs["policy"]
@@ -72,11 +76,12 @@ def update_policy(ctx: StageContext, round_: int, inputs: Inputs) -> StageResult
     checkpoint = ctx.store.layout.checkpoint_dir(round_)
     remove_leftovers(checkpoint.parent)  # of a writer killed half-way (the run's lock is held)
     started = time.perf_counter()
+    job = update_job(ctx, round_, inputs["samples"], checkpoint)
     if ctx.config.train.accelerate_config:
-        metrics = _launched_update(ctx, round_, checkpoint)
+        metrics = _launched_update(ctx, job)
         policy.ensure(version, checkpoint)  # the flow's policy (and its servers) now hold the new weights
     else:
-        metrics = _in_process_update(ctx, round_, policy, samples_batch(inputs["samples"].table()), checkpoint)
+        metrics = _in_process_update(ctx, job, policy)
         policy.publish(version, checkpoint)
     row = {
         "step": round_, "base_version": base, "policy_version": version,
@@ -94,24 +99,31 @@ def update_policy(ctx: StageContext, round_: int, inputs: Inputs) -> StageResult
                        after_manifest=lambda: _keep_newest_checkpoints(ctx, round_))
 
 
-def _in_process_update(ctx: StageContext, round_: int, policy: PolicyModel, batch: Any,
-                       checkpoint: Path) -> dict[str, float]:
-    from coevolve.agents.policy import update_hyperparams
-    from coevolve.rl.checkpoint import save_checkpoint
-    from coevolve.rl.divergence import DivergenceError
-    from coevolve.rl.update import grpo_update, progress_total
+def update_job(ctx: StageContext, round_: int, samples: Upstream, checkpoint: Path) -> UpdateJob:
+    """The update's declared inputs as `rl.trainer` reads them: the samples files its key hashed, the
+    policy after round r-1 (its checkpoint checked), the model, and the settings derived once."""
+    from coevolve.rl.hyperparams import update_hyperparams
+    from coevolve.rl.trainer import ModelSpec, SamplesFile, UpdateJob
 
-    hp = update_hyperparams(ctx.config, round_)
-    reference = policy.reference_model() if hp.beta > 0 else None
-    if (policy.optimizer is None or not policy.optimizer.state) and _optimizer_dropped_before(ctx, round_):
-        _say_fresh_optimizer(ctx, round_)  # not continued in memory, and no saved state to continue
+    config = ctx.config
+    files = tuple(SamplesFile(path, sha) for path, sha in samples.files())
+    return UpdateJob(round_, update_hyperparams(config, round_), ModelSpec.of(config.model, config.train), files,
+                     ctx.checked_policy_after(round_ - 1), checkpoint)  # fmt: skip
+
+
+def _in_process_update(ctx: StageContext, job: UpdateJob, policy: PolicyModel) -> dict[str, float]:
+    """`rl.trainer.train_round` in this process, on the in-memory policy (the engine's own model on CPU)."""
+    from coevolve.rl.divergence import DivergenceError
+    from coevolve.rl.trainer import train_round
+
+    state = policy.train_state(job.hyperparams.beta)
+    if not state.optimizer.state and _optimizer_dropped_before(ctx, job.round):
+        _say_fresh_optimizer(ctx, job.round)  # not continued in memory, and no saved state to continue
     try:
-        with ctx.progress(f"round {round_} update", progress_total(batch, hp)) as advance:
-            result = grpo_update(policy.model, reference, policy.make_optimizer(), batch, hp, progress=advance)
+        result = train_round(job, state, progress=partial(ctx.progress, f"round {job.round} update"))
     except DivergenceError as exc:
         policy.version = ""  # its weights are no version's any more: the next stage that needs one reloads it
-        raise diverged(ctx, round_, exc) from None
-    save_checkpoint(policy.model, policy.tokenizer, policy.optimizer, checkpoint)
+        raise diverged(ctx, job.round, exc) from None
     return result.as_dict()
 
 
@@ -141,14 +153,15 @@ def _setting_change(config: Any, setting: str | None) -> tuple[str, str] | None:
     return changes.get(setting) if setting else None
 
 
-def _launched_update(ctx: StageContext, round_: int, checkpoint: Path) -> dict[str, float]:
-    """The update under `accelerate launch` (`executors.accelerate_update`), its log under the round's
-    checkpoint folder."""
+def _launched_update(ctx: StageContext, job: UpdateJob) -> dict[str, float]:
+    """`rl.trainer.train_round` in every process of `accelerate launch` (`executors.accelerate_update`), its
+    log under the round's checkpoint folder."""
     from coevolve.config import find_config
     from coevolve.executors.accelerate_update import launch_update, sharding_of
 
+    round_, launcher = job.round, ctx.config.train.accelerate_config or ""
     if _optimizer_dropped_before(ctx, round_):
-        if sharding_of(find_config(ctx.config.train.accelerate_config or "")) is not None:
+        if sharding_of(find_config(launcher)) is not None:
             raise ArtifactError(
                 f"round {round_} of run '{ctx.run}': the update continues from round {round_ - 1}'s "
                 f"checkpoint, whose optimizer state was dropped (only a run's newest two checkpoints keep one), "
@@ -156,12 +169,10 @@ def _launched_update(ctx: StageContext, round_: int, checkpoint: Path) -> dict[s
                 f"train.accelerate_config or in process (train.accelerate_config=null)"
             )
         _say_fresh_optimizer(ctx, round_)
-    job_dir = checkpoint.with_name(f"{checkpoint.name}.launch")
+    job_dir = job.checkpoint.with_name(f"{job.checkpoint.name}.launch")
     if not ctx.quiet:
-        print(f"round {round_} update: accelerate launch ({ctx.config.train.accelerate_config}), log {job_dir}")
-    return launch_update(ctx.launch_config, root=ctx.store.layout.root, run=ctx.run, round_=round_,
-                         previous=ctx.checked_policy_after(round_ - 1), checkpoint=checkpoint,
-                         job_dir=job_dir)  # fmt: skip
+        print(f"round {round_} update: accelerate launch ({launcher}), log {job_dir}")
+    return launch_update(job, launcher, job_dir=job_dir)
 
 
 def _keep_newest_checkpoints(ctx: StageContext, round_: int) -> None:
@@ -197,9 +208,9 @@ def _say_fresh_optimizer(ctx: StageContext, round_: int) -> None:
 
 
 def _drop_older_optimizer_states(ctx: StageContext) -> None:
-    """Keep optimizer state in the run's newest two checkpoints only (see the module docstring): each older
-    checkpoint's grpo_update manifest first stops recording its optimizer.pt (a crash in between leaves a
-    file nobody checks), then the file goes."""
+    """Keep optimizer state in the run's newest two checkpoints only (see the module docstring). The older
+    rounds' manifests stay as their stages wrote them: the note each dropped file leaves tells every check of
+    a manifest's files that it is gone on purpose (`storage.parquet.changed_in_folder`)."""
     from coevolve.rl.checkpoint import OPTIMIZER_FILE, drop_optimizer_state
 
     found = {int(m.group(1)): d for d in ctx.store.layout.checkpoint_dir(0).parent.glob("round=*")
@@ -209,14 +220,8 @@ def _drop_older_optimizer_states(ctx: StageContext) -> None:
     newest = found[max(found)]
     kept = sorted(found)[-OPTIMIZER_STATES_KEPT:]
     for old, directory in sorted(found.items()):
-        if old in kept or not (directory / OPTIMIZER_FILE).is_file():
-            continue
-        manifest = ctx.store.manifest(old, "grpo_update")
-        refs = None if manifest is None else manifest.files.get(checkpoint_name(old))
-        if refs is not None and OPTIMIZER_FILE in refs:
-            del refs[OPTIMIZER_FILE]
-            ctx.store.write_manifest(manifest)
-        drop_optimizer_state(directory, newest)
+        if old not in kept and (directory / OPTIMIZER_FILE).is_file():
+            drop_optimizer_state(directory, newest)
 
 
 GRPO_UPDATE = StageDef(

@@ -63,10 +63,9 @@ def train_start(model: Any, samples: SampleBatch, settings: WarmStart, tmp: Path
     written. The model and the losses of every step."""
     if not settings.lora_rank:
         return model, warm_start(model, samples, settings, progress=progress)
-    from coevolve.agents.policy import with_lora_adapter
-    from coevolve.config import TrainConfig
+    from coevolve.rl.trainer import with_lora_adapter
 
-    adapted = with_lora_adapter(model, TrainConfig(lora_rank=settings.lora_rank, lora_alpha=settings.lora_alpha))
+    adapted = with_lora_adapter(model, settings.lora_rank, settings.lora_alpha)
     losses = warm_start(adapted, samples, settings, progress=progress)
     write_adapter(adapted, tmp / ADAPTER, base=base)
     return merged(adapted.unload(), tmp / ADAPTER), losses

@@ -11,10 +11,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from coevolve.agents.policy import update_hyperparams
 from coevolve.config import CoevolveConfig
 from coevolve.config.train import TrainConfig
 from coevolve.rl.batch import SampleBatch
+from coevolve.rl.hyperparams import update_hyperparams
 from coevolve.rl.is_correction import ISCorrection, importance_weights, weight_stats
 from coevolve.rl.logprobs import token_logprobs
 from coevolve.rl.loss import grpo_loss

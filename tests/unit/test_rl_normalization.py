@@ -7,10 +7,10 @@ import typing
 import pytest
 import torch
 
-from coevolve.agents.policy import update_hyperparams
 from coevolve.config import CoevolveConfig, TrainConfig, load_config
 from coevolve.flows.dry_run import EXTENSIONS
 from coevolve.rl.batch import SampleBatch
+from coevolve.rl.hyperparams import update_hyperparams
 from coevolve.rl.loss import grpo_loss
 from coevolve.rl.plan import LossNormalization, row_divisors, shard_plan
 from coevolve.rl.update import UpdateHyperparams, grpo_update

@@ -24,14 +24,14 @@ def test_fsdp_configs_shard_and_data_parallel_ones_do_not(tmp_path):
 
 
 def test_sharded_updates_refuse_lora_before_launching(tmp_path):
-    from coevolve.config import load_config
     from coevolve.executors.accelerate_update import launch_update
+    from coevolve.rl.hyperparams import UpdateHyperparams
+    from coevolve.rl.trainer import ModelSpec, UpdateJob
 
-    config = load_config(CONFIGS / "test-tiny.yaml", [
-        f"train.accelerate_config={CONFIGS / 'accelerate' / 'two-processes-fsdp.yaml'}", "train.lora_rank=4"])  # fmt: skip
+    job = UpdateJob(0, UpdateHyperparams(lr=1e-3), ModelSpec("tiny-random-llama", lora_rank=4), (), ("base", None),
+                    tmp_path / "ck")  # fmt: skip
     with pytest.raises(ValueError, match="shards the weights \\(FSDP\\), which needs full fine-tuning; set train.lora_rank: 0"):
-        launch_update(config, root=tmp_path, run="r", round_=0, previous=("base", None),
-                      checkpoint=tmp_path / "ck", job_dir=tmp_path / "job")  # fmt: skip
+        launch_update(job, str(CONFIGS / "accelerate" / "two-processes-fsdp.yaml"), job_dir=tmp_path / "job")
     assert not (tmp_path / "job").exists()
 
 

@@ -10,10 +10,10 @@ import math
 import pytest
 import torch
 
-from coevolve.agents.policy import update_hyperparams
 from coevolve.config import CoevolveConfig, ConfigError, TrainConfig, load_config, parse_config
 from coevolve.rl.advantages import group_advantages
 from coevolve.rl.batch import SampleBatch
+from coevolve.rl.hyperparams import update_hyperparams
 from coevolve.rl.loss import grpo_loss
 from coevolve.rl.plan import shard_plan
 from coevolve.rl.schedule import LrSchedule
