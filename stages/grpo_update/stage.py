@@ -23,9 +23,9 @@ between computes this update again, from the state it started from), older check
 `train.keep_checkpoints` are deleted, and the optimizer state of any other older one
 (`rl.checkpoint.drop_optimizer_state`, which leaves a note); its weights stay as recorded, and load as
 before. No older round's manifest is rewritten: every check of a manifest's files skips a pruned folder
-and a file whose note says it was dropped (`storage.parquet.changed_in_folder`). A run continues from its newest checkpoint (in memory,
-or from its `optimizer.pt` after a restart), and its newest update, computed again (its checkpoint damaged),
-continues from the one before it: both exact. An update that continues from an older round's weights
+and a file whose note says it was dropped (`storage.parquet.changed_in_folder`). A run continues from its
+newest checkpoint (in memory, or from its `optimizer.pt` after a restart), and its newest update, computed
+again (its checkpoint damaged), continues from the one before it: both exact. An update that continues from an older round's weights
 (`coevolve stage grpo_update --round R --force` of an older round, a fork from an older round) starts its
 optimizer fresh instead, and says so in one line; with an accelerate config that shards the weights (FSDP)
 it is refused in one line.
