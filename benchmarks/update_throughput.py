@@ -51,10 +51,9 @@ def ours(model, batch: SampleBatch, *, shared: bool, lora: bool, args) -> dict:
     model = copy.deepcopy(model)
     reference = None
     if lora:
-        from coevolve.agents.policy import with_lora_adapter
-        from coevolve.config import TrainConfig
+        from coevolve.rl.trainer import with_lora_adapter
 
-        model = with_lora_adapter(model, TrainConfig(lora_rank=16, lora_alpha=32))
+        model = with_lora_adapter(model, 16, 32)
     else:
         reference = copy.deepcopy(model).eval().requires_grad_(False)
     hp = UpdateHyperparams(lr=args.lr, beta=args.beta, micro_batch_size=args.micro_batch_size,

@@ -24,10 +24,10 @@ def trained(dtype: str, *, lora_rank: int = 0):
     """tiny-random-llama in `dtype` after one AdamW step (moments that are not zero), LoRA when asked."""
     model, tokenizer = load_model("tiny-random-llama", dtype=dtype)
     if lora_rank:
-        from coevolve.agents.policy import with_lora_adapter
         from coevolve.config import TrainConfig
+        from coevolve.rl.trainer import with_lora_adapter
 
-        model = with_lora_adapter(model, TrainConfig(lora_rank=lora_rank))
+        model = with_lora_adapter(model, lora_rank, TrainConfig().lora_alpha)
     optimizer = make_optimizer(model, 1e-2)
     generator = torch.Generator().manual_seed(0)
     for p in model.parameters():
