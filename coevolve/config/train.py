@@ -97,7 +97,8 @@ class TrainConfig(Section):
     `MAX_LORA_SCALE` = 64)."""
     accelerate_config: str | None = None
     """An accelerate config file (`configs/accelerate/`): the update runs under `accelerate launch` over
-    its processes, data-parallel (`stages/distributed_update.py`); unset: in the flow's process."""
+    its processes, data-parallel or sharded, each running `rl/trainer.py: train_round`; unset: in the
+    flow's process."""
     vllm_importance_sampling_correction: bool | None = None
     """Extension, not the paper's: TRL's `vllm_importance_sampling_correction`, importance sampling that corrects
     for the mismatch between the log-probs the inference engine sampled with (`rollout` samples' `logprobs`) and

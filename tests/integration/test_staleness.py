@@ -37,6 +37,8 @@ def coevolve(root: Path, api: str, *, kill: str | None = None):
     command = [str(Path(sys.executable).with_name("coevolve")), "run", str(CONFIGS / "test-tiny.yaml"),
                "--rounds", "3", "--run", RUN, "--set", MOVING, "--set", "rollout.max_staleness=1",
                "--set", "train.vllm_importance_sampling_correction=true",
+               # an update of 12 epochs outlasts the start of the task beside it, even on a loaded machine
+               "--set", "train.epochs=12",
                "--root", str(root)]  # fmt: skip
     return run_in_own_group(command, env, 900)
 
