@@ -72,7 +72,10 @@ class Completion:
 
 @runtime_checkable
 class Engine(Protocol):
-    """A policy that completes token-id prompts. `version` names the weights it serves (set by the caller)."""
+    """A policy that completes token-id prompts. `version` names the weights it serves (set by the caller).
+    An engine whose requests are served independently (a server batching continuously) says so with a class
+    attribute `independent_requests = True`: the episode loop then drives each episode on its own
+    (`agents/episodes.py`); without it, every live episode's next reply goes in one `generate` call."""
 
     tokenizer: Any
     version: str
