@@ -141,7 +141,9 @@ def _run_each(engine: Engine, chat: ChatFormat, make_env: Callable[[], Environme
                 progress(1)
         return ep
 
-    with ThreadPoolExecutor(max_workers=max(1, min(max_live or len(jobs), len(jobs)))) as pool:
+    # at most the engine's own bound on requests in flight (`OpenAIEngine.max_concurrency`) at once
+    workers = min(max_live or len(jobs), len(jobs), getattr(engine, "max_concurrency", len(jobs)))
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         return list(pool.map(one, range(len(jobs)), jobs))
 
 

@@ -165,14 +165,14 @@ def _cell(value: object) -> str:
 
 
 def print_rows(rows: list[dict]) -> None:
-    """Rows of plain values (e.g. `summary.runs_overview`) as a table whose cells wrap instead of being cut,
-    so a long run name stays whole at 80 columns."""
+    """Rows of plain values (e.g. `summary.runs_overview`) as a table whose cells wrap instead of being cut;
+    the first column (a run's name) never wraps, so it stays whole and greppable at 80 columns."""
     from rich.console import Console
     from rich.table import Table
 
     view = Table(show_edge=False, header_style="bold")
-    for name in rows[0]:
-        view.add_column(literal(name), overflow="fold")
+    for i, name in enumerate(rows[0]):
+        view.add_column(literal(name), overflow="fold", no_wrap=i == 0)
     for row in rows:
         view.add_row(*(literal(_cell(v)) for v in row.values()))
     Console().print(view)

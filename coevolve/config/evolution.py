@@ -157,7 +157,7 @@ class AbstractConfig(Section):
     """Extension, not the paper's: start the reply of a group holding a read-only call that takes arguments
     by its solution (that call; in a group of several, after the earlier read-only call whose result shows
     its argument values) and a query opened as a question naming those values ("Look up the contact Quinn
-    and tell me the "), before `prefill_effect`'s start (`abstraction.question_prefix`): measured on
+    and tell me the "), before `prefill_effect`'s start (`stages/abstract/questions.py: question_prefix`): measured on
     validation (`coevolve bench explore-yield`), the read-only gap calls a 135M teacher made were worded as
     instructions or as questions naming no id, and discarded as `no effect` or `unsolvable`."""
     max_tasks_per_group: int = Field(3, ge=1, le=1000)

@@ -97,11 +97,6 @@ def paper_kinds() -> tuple[str, ...]:
     return tuple(k.name for k in signal_kinds() if k.paper)
 
 
-def extension_kinds() -> tuple[str, ...]:
-    """Kinds beyond the paper's: summaries and tracking count them when a run has them."""
-    return tuple(k.name for k in signal_kinds() if not k.paper)
-
-
 def check_kinds(kinds: tuple[str, ...]) -> tuple[str, ...]:
     """`kinds` if every one is declared, else ValueError naming the unknown ones and the known."""
     unknown = sorted(set(kinds) - set(kind_names()))

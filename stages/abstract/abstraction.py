@@ -336,7 +336,7 @@ def abstract_groups(
 
     `samples` teacher replies per group (one sampled batch); a reply identical to an earlier one of its
     group adds nothing and is dropped, the others are parsed in order. `prefill_effect`: a one-call
-    group's reply is started by its call's effect too (`teacher.abstract_prefix`); `prefill_question`: a
+    group's reply is started by its call's effect too (`prompting.abstract_prefix`); `prefill_question`: a
     group with a read-only call that takes arguments is started by its solution and a question naming its
     values (`question_prefix`), before that."""
     asking = [g for g in groups if g.calls]

@@ -348,7 +348,7 @@ class Ledger:
 
 
 Rule = Callable[[Ledger], "pl.LazyFrame | None"]
-"""A kind's rule: the marked trajectories of `ledger.round` (`_marked` columns), or None when it has nothing
+"""A kind's rule: the marked trajectories of `ledger.round` (`marked_signals` columns), or None when it has nothing
 to count."""
 
 

@@ -38,3 +38,12 @@ def test_the_overview_collects_unreadable_runs_when_asked(tmp_path):
     unreadable: list[str] = []
     assert [row["run"] for row in runs_overview(tmp_path, unreadable=unreadable)] == ["alpha"]
     assert len(unreadable) == 1 and "'beta'" in unreadable[0]
+
+
+def test_a_run_name_stays_whole_at_80_columns(tmp_path):
+    """`coevolve runs | grep NAME` finds the run however many columns the table has (a wrapped name would not
+    be found: the disk column once squeezed `test-tiny` into `test-t` / `iny`)."""
+    make_run(tmp_path, "test-tiny-longer")
+    result = CliRunner().invoke(app, ["runs", "--root", str(tmp_path)], terminal_width=80, env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert any(line.split()[:1] == ["test-tiny-longer"] for line in result.output.splitlines()), result.output

@@ -36,7 +36,7 @@ def test_round_r_samples_with_the_policy_after_round_r_minus_1_minus_s(tmp_path,
     differs = [name for (name, a), b in zip(stale.model.named_parameters(), ctx.policy.model.parameters(),
                                             strict=True) if not a.equal(b)]  # fmt: skip
     assert differs, "the stale model holds round 0's weights, the trained one round 1's"
-    # synchronous: the key names round 1's policy, so it differs; the same stale config keys the same
+    # synchronous, round 2 reads round 1's policy; the same stale config keys round 2 the same
     synchronous = fake_context(config(), tmp_path, tokenizer)
     assert POLICY.policy_round(synchronous, 2) == 1
     assert stage_key(ROLLOUT, fake_context(config(*STALE), tmp_path, tokenizer), 2) == two.key
