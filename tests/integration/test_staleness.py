@@ -82,7 +82,10 @@ def test_the_next_rollout_runs_beside_the_update(reference, prefect_server):
     times = {run.name: (run.start_time, run.end_time) for run in runs if run.state.name == "Completed"}
     for round_ in (0, 1):
         rollout, update = times[f"rollout[{round_ + 1}]"], times[f"grpo_update[{round_}]"]
-        assert rollout[0] < update[1] and update[0] < rollout[1], (round_, rollout, update)
+        # begun before the update ended: a synchronous flow starts round r+1's rollout only after round r's
+        # update (test-tiny's rollout takes a fraction of a second, so it may end before Prefect records the
+        # update's start: the overlap is asserted from the rollout's side)
+        assert rollout[0] < update[1], (round_, rollout, update)
 
 
 def test_a_run_killed_in_the_overlapped_rollout_resumes_to_the_same_data(tmp_path, reference, prefect_server):
